@@ -1,0 +1,63 @@
+"""The catalog's tables, versioned: each migration runs once, in order, on an existing home."""
+
+from __future__ import annotations
+
+# Tables a user may SELECT from; anything else in the catalog is private (raw options, settings).
+PUBLIC_TABLES = (
+    "connectors",
+    "streams",
+    "connector_events",
+    "connector_metrics",
+    "connector_offsets",
+)
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "initial tables",
+        [
+            """CREATE TABLE connectors (
+                name VARCHAR PRIMARY KEY, kind VARCHAR NOT NULL, type VARCHAR NOT NULL,
+                stream VARCHAR, state VARCHAR NOT NULL, desired_state VARCHAR NOT NULL,
+                tasks INTEGER, options JSON, transform VARCHAR,
+                created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL,
+                rows_total BIGINT NOT NULL DEFAULT 0, rows_per_sec DOUBLE,
+                last_batch_at TIMESTAMP, lag BIGINT, last_error VARCHAR)""",
+            # Options exactly as given (inline secrets included): never read by user SQL.
+            """CREATE TABLE connector_config (
+                name VARCHAR PRIMARY KEY, options JSON NOT NULL, select_sql VARCHAR)""",
+            """CREATE TABLE streams (
+                name VARCHAR PRIMARY KEY, schema VARCHAR, schema_json JSON, retention VARCHAR,
+                path VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL, created_by VARCHAR)""",
+            """CREATE TABLE connector_events (
+                time TIMESTAMP NOT NULL, connector VARCHAR NOT NULL, from_state VARCHAR,
+                to_state VARCHAR NOT NULL, reason VARCHAR, error VARCHAR)""",
+            """CREATE TABLE connector_metrics (
+                connector VARCHAR NOT NULL, batch_id BIGINT NOT NULL, started_at TIMESTAMP,
+                duration_ms BIGINT, input_rows BIGINT, input_rows_per_sec DOUBLE,
+                processed_rows_per_sec DOUBLE)""",
+            """CREATE TABLE connector_offsets (
+                connector VARCHAR PRIMARY KEY, committed_offset JSON, latest_offset JSON,
+                committed_at TIMESTAMP)""",
+            "CREATE TABLE settings (key VARCHAR PRIMARY KEY, value VARCHAR)",
+        ],
+    ),
+]
+
+LATEST = MIGRATIONS[-1][0]
+
+
+def migrate(con) -> int:
+    """Bring the catalog at `con` to the latest version; returns the version it found."""
+    con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, applied_at TIMESTAMP)")
+    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
+    found = row[0] or 0
+    for version, _doc, statements in MIGRATIONS:
+        if version <= found:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        for sql in statements:
+            con.execute(sql)
+        con.execute("INSERT INTO schema_version VALUES (?, current_timestamp)", [version])
+        con.execute("COMMIT")
+    return found

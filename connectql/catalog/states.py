@@ -1,0 +1,37 @@
+"""Connector lifecycle states and the transitions allowed between them, in one place."""
+
+from __future__ import annotations
+
+from connectql.errors import StateError
+
+CREATED, STARTING, RUNNING, PAUSED = "CREATED", "STARTING", "RUNNING", "PAUSED"
+RESTARTING, FAILED, STOPPED, FINISHED, STALLED = (
+    "RESTARTING",
+    "FAILED",
+    "STOPPED",
+    "FINISHED",
+    "STALLED",
+)
+
+STATES = (CREATED, STARTING, RUNNING, PAUSED, RESTARTING, FAILED, STOPPED, FINISHED, STALLED)
+
+# from-state -> states it may move to
+TRANSITIONS: dict[str, frozenset[str]] = {
+    CREATED: frozenset({STARTING, PAUSED, FAILED, STOPPED}),
+    STARTING: frozenset({RUNNING, FAILED, RESTARTING, STOPPED, PAUSED, FINISHED}),
+    RUNNING: frozenset({PAUSED, RESTARTING, FAILED, STOPPED, FINISHED, STALLED}),
+    STALLED: frozenset({RUNNING, PAUSED, RESTARTING, FAILED, STOPPED, FINISHED}),
+    PAUSED: frozenset({STARTING, STOPPED}),
+    RESTARTING: frozenset({STARTING, RUNNING, FAILED, STOPPED, PAUSED}),
+    FAILED: frozenset({STARTING, PAUSED, STOPPED}),
+    STOPPED: frozenset({STARTING, PAUSED}),
+    FINISHED: frozenset({STARTING, STOPPED}),
+}
+
+
+def check(name: str, current: str, new: str) -> None:
+    """Raise StateError naming the connector and its current state if current -> new is illegal."""
+    if current == new:
+        return
+    if new not in TRANSITIONS.get(current, frozenset()):
+        raise StateError(f"connector '{name}' is {current}: it cannot become {new}")

@@ -1,0 +1,259 @@
+"""The Catalog: typed reads and writes of the catalog tables, serialised by one lock."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from connectql.catalog import schema, states
+from connectql.catalog.redact import redact
+from connectql.errors import CatalogError
+from connectql.grammar.ast import SecretRef
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def encode_options(options: dict[str, Any]) -> str:
+    return json.dumps(
+        {k: {"$secret": v.name} if isinstance(v, SecretRef) else v for k, v in options.items()}
+    )
+
+
+def decode_options(text: str) -> dict[str, Any]:
+    raw = json.loads(text)
+    return {
+        k: SecretRef(v["$secret"]) if isinstance(v, dict) and "$secret" in v else v
+        for k, v in raw.items()
+    }
+
+
+@dataclass
+class ConnectorEntry:
+    """One connector as the catalog holds it: the options exactly as given."""
+
+    name: str
+    kind: str  # 'source' | 'sink'
+    type: str
+    stream: str | None
+    options: dict[str, Any]
+    select_sql: str | None = None
+    state: str = states.CREATED
+    desired_state: str = "running"
+    tasks: int = 1
+    last_error: str | None = None
+    created_at: datetime = field(default_factory=now)
+
+
+@dataclass
+class StreamEntry:
+    name: str
+    path: str
+    schema: str | None = None  # Spark DDL
+    schema_json: str | None = None  # Spark StructType JSON
+    retention: str | None = None
+    created_by: str | None = None
+
+
+class Catalog:
+    """One DuckDB file; one writer process. Every method takes the lock, so the listener thread
+    and the statement thread can share it."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.con = duckdb.connect(self.path)
+        except duckdb.IOException as e:
+            raise CatalogError(f"cannot open the catalog {self.path}: {e}") from None
+        self.lock = threading.RLock()
+        with self.lock:
+            schema.migrate(self.con)
+
+    def close(self) -> None:
+        with self.lock:
+            self.con.close()
+
+    def query(self, sql: str, params=None) -> tuple[list[str], list[tuple]]:
+        with self.lock:
+            cur = self.con.execute(sql, params or [])
+            cols = [d[0] for d in cur.description] if cur.description else []
+            return cols, cur.fetchall()
+
+    def execute(self, sql: str, params=None) -> None:
+        with self.lock:
+            self.con.execute(sql, params or [])
+
+    # connectors ---------------------------------------------------------------------------
+    def add_connector(self, e: ConnectorEntry) -> None:
+        ts = now()
+        with self.lock:
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                self.con.execute(
+                    "INSERT INTO connectors (name, kind, type, stream, state, desired_state, tasks,"
+                    " options, transform, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        e.name,
+                        e.kind,
+                        e.type,
+                        e.stream,
+                        e.state,
+                        e.desired_state,
+                        e.tasks,
+                        encode_options(redact(e.options)),
+                        e.select_sql,
+                        ts,
+                        ts,
+                    ],
+                )
+                self.con.execute(
+                    "INSERT INTO connector_config VALUES (?,?,?)",
+                    [e.name, encode_options(e.options), e.select_sql],
+                )
+                self.con.execute(
+                    "INSERT INTO connector_events VALUES (?,?,?,?,?,?)",
+                    [ts, e.name, None, e.state, "created", None],
+                )
+                self.con.execute("COMMIT")
+            except Exception:
+                self.con.execute("ROLLBACK")
+                raise
+
+    def has_connector(self, name: str) -> bool:
+        return bool(self.query("SELECT 1 FROM connectors WHERE name = ?", [name])[1])
+
+    def get_connector(self, name: str) -> ConnectorEntry:
+        _, rows = self.query(
+            "SELECT c.name, kind, type, stream, k.options, k.select_sql, state, desired_state,"
+            " tasks, last_error, created_at FROM connectors c JOIN connector_config k"
+            " ON c.name = k.name WHERE c.name = ?",
+            [name],
+        )
+        if not rows:
+            raise CatalogError(f"no connector named '{name}'{self._known('connectors')}")
+        r = rows[0]
+        return ConnectorEntry(
+            r[0], r[1], r[2], r[3], decode_options(r[4]), r[5], r[6], r[7], r[8], r[9], r[10]
+        )
+
+    def connectors(self) -> list[ConnectorEntry]:
+        names = [r[0] for r in self.query("SELECT name FROM connectors ORDER BY name")[1]]
+        return [self.get_connector(n) for n in names]
+
+    def remove_connector(self, name: str, reason: str = "dropped") -> None:
+        with self.lock:
+            state = self.get_connector(name).state
+            self.con.execute("DELETE FROM connectors WHERE name = ?", [name])
+            self.con.execute("DELETE FROM connector_config WHERE name = ?", [name])
+            self.con.execute("DELETE FROM connector_offsets WHERE connector = ?", [name])
+            self.con.execute(
+                "INSERT INTO connector_events VALUES (?,?,?,?,?,?)",
+                [now(), name, state, "DROPPED", reason, None],
+            )
+
+    def set_state(
+        self, name: str, new: str, reason: str, error: str | None = None, desired: str | None = None
+    ) -> str:
+        """Move a connector to `new` (checked against states.TRANSITIONS) and log the event.
+        Returns the state it was in."""
+        with self.lock:
+            rows = self.query("SELECT state FROM connectors WHERE name = ?", [name])[1]
+            if not rows:
+                return new  # dropped meanwhile
+            current = rows[0][0]
+            states.check(name, current, new)
+            sets, params = ["state = ?", "updated_at = ?"], [new, now()]
+            if error is not None:
+                sets.append("last_error = ?")
+                params.append(error)
+            if desired is not None:
+                sets.append("desired_state = ?")
+                params.append(desired)
+            self.con.execute(
+                f"UPDATE connectors SET {', '.join(sets)} WHERE name = ?", [*params, name]
+            )
+            if current != new:
+                self.con.execute(
+                    "INSERT INTO connector_events VALUES (?,?,?,?,?,?)",
+                    [now(), name, current, new, reason, error],
+                )
+            return current
+
+    # progress -----------------------------------------------------------------------------
+    def record_progress(self, name: str, p: dict[str, Any]) -> None:
+        """One micro-batch's progress: a metrics row, running totals and the offsets."""
+        with self.lock:
+            self.con.execute(
+                "INSERT INTO connector_metrics VALUES (?,?,?,?,?,?,?)",
+                [
+                    name,
+                    p["batch_id"],
+                    p["started_at"],
+                    p["duration_ms"],
+                    p["input_rows"],
+                    p["input_rows_per_sec"],
+                    p["processed_rows_per_sec"],
+                ],
+            )
+            self.con.execute(
+                "UPDATE connectors SET rows_total = rows_total + ?, rows_per_sec = ?,"
+                " last_batch_at = ?, lag = ? WHERE name = ?",
+                [p["input_rows"], p["processed_rows_per_sec"], p["started_at"], p.get("lag"), name],
+            )
+            if p.get("end_offset") is not None:
+                self.con.execute(
+                    "INSERT OR REPLACE INTO connector_offsets VALUES (?,?,?,?)",
+                    [name, p["end_offset"], p.get("latest_offset"), now()],
+                )
+
+    # streams ------------------------------------------------------------------------------
+    def add_stream(self, s: StreamEntry) -> None:
+        self.execute(
+            "INSERT INTO streams VALUES (?,?,?,?,?,?,?)",
+            [s.name, s.schema, s.schema_json, s.retention, s.path, now(), s.created_by],
+        )
+
+    def set_stream_schema(self, name: str, ddl: str, schema_json: str) -> None:
+        self.execute(
+            "UPDATE streams SET schema = ?, schema_json = ? WHERE name = ?",
+            [ddl, schema_json, name],
+        )
+
+    def find_stream(self, name: str) -> StreamEntry | None:
+        rows = self.query(
+            "SELECT name, path, schema, schema_json, retention, created_by"
+            " FROM streams WHERE name = ?",
+            [name],
+        )[1]
+        return StreamEntry(*rows[0]) if rows else None
+
+    def get_stream(self, name: str) -> StreamEntry:
+        s = self.find_stream(name)
+        if s is None:
+            raise CatalogError(f"no stream named '{name}'{self._known('streams')}")
+        return s
+
+    def streams(self) -> list[StreamEntry]:
+        return [self.get_stream(r[0]) for r in self.query("SELECT name FROM streams ORDER BY 1")[1]]
+
+    def remove_stream(self, name: str) -> None:
+        self.execute("DELETE FROM streams WHERE name = ?", [name])
+
+    # settings -----------------------------------------------------------------------------
+    def set_setting(self, key: str, value: str) -> None:
+        self.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", [key, value])
+
+    def settings(self) -> dict[str, str]:
+        return dict(self.query("SELECT key, value FROM settings")[1])
+
+    def _known(self, table: str) -> str:
+        names = [r[0] for r in self.query(f"SELECT name FROM {table} ORDER BY 1")[1]]
+        return f" (known: {', '.join(names)})" if names else f" (there are no {table})"

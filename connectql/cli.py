@@ -1,0 +1,138 @@
+"""The `connectql` command: run a SQL script or statements in a worker, show results with rich."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from connectql.errors import ConnectQLError
+
+console = Console()
+err_console = Console(stderr=True)
+
+STATUS_SQL = (
+    "SELECT name, kind, type, state, rows_total, round(rows_per_sec, 1) AS rows_per_sec,"
+    " lag, last_error FROM connectors ORDER BY name"
+)
+
+
+def render(result) -> None:
+    if result.is_table:
+        table = Table(title=result.title or None, title_justify="left", show_lines=False)
+        for col in result.columns:
+            table.add_column(col, overflow="fold")
+        for row in result.rows:
+            table.add_row(*("" if v is None else str(v) for v in row))
+        console.print(table)
+    elif result.message:
+        console.print(f"[green]✓[/green] {result.message}")
+
+
+def status_table(worker) -> Table:
+    cols, rows = worker.catalog.query(STATUS_SQL)
+    table = Table(
+        title=f"connectors — {time.strftime('%H:%M:%S')} — Ctrl-C stops", title_justify="left"
+    )
+    for col in cols:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    return table
+
+
+def _run_statements(worker, text: str, source: str) -> None:
+    for _stmt, result in worker.run_script(text, source):
+        render(result)
+
+
+def _watch(worker) -> None:
+    """Live status until Ctrl-C (continuous connectors) or until nothing runs any more."""
+    with Live(status_table(worker), console=console, refresh_per_second=2) as live:
+        while worker.active():
+            time.sleep(1)
+            live.update(status_table(worker))
+
+
+def cmd_run(args) -> int:
+    from connectql.server.worker import Worker
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise ConnectQLError(f"no such script: {path}")
+    worker = Worker(args.home)
+    try:
+        resumed = worker.resume_all()
+        if resumed:
+            console.print(f"[dim]resumed from checkpoints: {', '.join(resumed)}[/dim]")
+        _run_statements(worker, path.read_text(), str(path))
+        worker.wait_for_once()
+        if worker.active():
+            _watch(worker)
+    except KeyboardInterrupt:
+        console.print("[yellow]stopping: queries stop gracefully, offsets are kept[/yellow]")
+    finally:
+        worker.close()
+    return 0
+
+
+def cmd_sql(args) -> int:
+    from connectql.server.worker import Worker
+
+    worker = Worker(args.home)
+    try:
+        _run_statements(worker, " ".join(args.statements), "")
+        worker.wait_for_once()
+    finally:
+        worker.close()
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="connectql", description=__doc__)
+    p.add_argument("--home", help="state directory (default: $CONNECTQL_HOME or ./.connectql)")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a SQL script; continuous connectors run until Ctrl-C")
+    run.add_argument("file")
+    run.set_defaults(func=cmd_run)
+    sql = sub.add_parser("sql", help='run statements, e.g. connectql sql "SHOW CONNECTORS"')
+    sql.add_argument("statements", nargs="+")
+    sql.set_defaults(func=cmd_sql)
+    return p
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return args.func(args)
+    except ConnectQLError as e:
+        err_console.print(f"[bold red]error:[/bold red] {e}", highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> None:
+    """Console entry point. By now the worker has stopped its queries and closed the catalog;
+    exiting without interpreter teardown avoids noise from Spark's daemon threads holding
+    DuckDB objects at shutdown."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,58 @@
+"""The contract between a connector and the planner: what a plugin declares and returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectql.connectors.options import Option
+
+
+@dataclass(frozen=True)
+class ReaderSpec:
+    """How Spark reads: `spark.readStream.format(format).options(options).schema(schema).load(path)`."""
+
+    format: str
+    options: dict[str, str] = field(default_factory=dict)
+    path: str | None = None
+    schema: str | None = None  # Spark DDL; None = inferred from the data when the plan starts
+    lag_field: str | None = None  # numeric key of the offset dict whose latest - end is the lag
+    total_rows: int | None = None  # known size of bounded work (for progress bars)
+    secret_options: tuple[str, ...] = ()  # option names whose values must never be shown
+
+
+@dataclass(frozen=True)
+class WriterSpec:
+    """How Spark writes: `df.writeStream.format(format).options(options).start(path)`."""
+
+    format: str
+    options: dict[str, str] = field(default_factory=dict)
+    path: str | None = None
+    secret_options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One connector type. A type that is known but not yet built has installed=False."""
+
+    type: str
+    doc: str
+    source_options: dict[str, Option] | None = None  # None: cannot be a source
+    sink_options: dict[str, Option] | None = None  # None: cannot be a sink
+    plan_source: Callable[[dict[str, Any]], ReaderSpec] | None = None
+    plan_sink: Callable[[dict[str, Any]], WriterSpec] | None = None
+    delivery: str = ""  # what a sink promises: 'exactly-once' or 'at-least-once'
+    installed: bool = True
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(
+            k
+            for k, o in (("source", self.source_options), ("sink", self.sink_options))
+            if o is not None
+        )
+
+    def options_for(self, kind: str) -> dict[str, Option]:
+        return (self.source_options if kind == "source" else self.sink_options) or {}

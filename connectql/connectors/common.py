@@ -1,0 +1,40 @@
+"""Options every connector has (DESIGN.md, "Options every connector has")."""
+
+from __future__ import annotations
+
+from connectql.connectors.options import Option
+
+SOURCE_COMMON = {
+    o.name: o
+    for o in [
+        Option(
+            "connector", doc="the connector type, when not given as FROM/TO type (ksqlDB style)"
+        ),
+        Option("stream", doc="target stream of a source (same as INTO)"),
+        Option("tasks.max", "int", 1, doc="parallelism: input partitions per micro-batch"),
+        Option(
+            "trigger.interval",
+            "duration",
+            doc="micro-batch interval, e.g. '500 milliseconds'; default: as fast as data arrives",
+        ),
+        Option(
+            "run",
+            "enum",
+            "continuous",
+            choices=("continuous", "once"),
+            doc="'continuous', or 'once': process what is there now, then stop (batch)",
+        ),
+        Option(
+            "initial.state",
+            "enum",
+            "running",
+            choices=("running", "paused"),
+            doc="'running', or 'paused': create without starting",
+        ),
+    ]
+}
+
+SINK_COMMON = {
+    **SOURCE_COMMON,
+    "stream": Option("stream", doc="the stream a sink reads (same as FROM stream)"),
+}

@@ -1,0 +1,179 @@
+"""A connector's Plan (reader, transform, writer, checkpoint, trigger) built from its catalog
+entry; EXPLAIN prints it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from connectql.catalog.redact import MASK
+from connectql.catalog.store import ConnectorEntry, StreamEntry
+from connectql.connectors import registry
+from connectql.connectors.base import ReaderSpec, WriterSpec
+from connectql.connectors.options import duration_ms, is_secret_key, validate
+from connectql.errors import PlanError
+from connectql.planner.resolve import resolve
+from connectql.planner.transform import Transform, compile_select
+
+STREAM_FORMAT = "parquet"
+
+
+@dataclass(frozen=True)
+class Plan:
+    connector: str
+    kind: str
+    type: str
+    stream: str
+    reader: ReaderSpec
+    writer: WriterSpec
+    checkpoint: str
+    run: str  # 'continuous' | 'once'
+    interval_ms: int | None  # None: as fast as data arrives
+    tasks: int
+    initial_state: str
+    transform: Transform | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # validated, unresolved
+
+    def describe(self) -> list[tuple[str, str]]:
+        """The plan as (step, detail) rows with secret values masked, for EXPLAIN."""
+        trigger = (
+            "available-now (run = 'once')"
+            if self.run == "once"
+            else f"every {self.interval_ms} ms"
+            if self.interval_ms
+            else "as fast as data arrives"
+        )
+        rows = [
+            ("connector", f"{self.connector} ({self.kind}, type {self.type})"),
+            ("read", _spec_text(self.reader)),
+        ]
+        if self.transform:
+            rows.append(
+                (
+                    "transform",
+                    "SELECT "
+                    + ", ".join(self.transform.projections)
+                    + (f" WHERE {self.transform.where}" if self.transform.where else ""),
+                )
+            )
+        rows += [
+            ("write", _spec_text(self.writer)),
+            ("checkpoint", self.checkpoint),
+            ("trigger", trigger),
+            ("tasks", str(self.tasks)),
+        ]
+        return rows
+
+
+def _spec_text(spec: ReaderSpec | WriterSpec) -> str:
+    opts = {
+        k: MASK if k in spec.secret_options or is_secret_key(k) else v
+        for k, v in spec.options.items()
+    }
+    text = f"format {spec.format}"
+    if spec.path:
+        text += f" at {spec.path}"
+    if getattr(spec, "schema", None):
+        text += f" schema ({spec.schema})"
+    return text + (f" options {opts}" if opts else "")
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    home: Path
+    streams: dict[str, StreamEntry]  # known streams by name
+    secrets: Any  # a SecretStore
+
+    def stream_path(self, name: str) -> str:
+        return str(self.home / "streams" / name)
+
+    def checkpoint(self, connector: str) -> str:
+        return str(self.home / "checkpoints" / connector)
+
+
+def connector_type(entry_type: str | None, options: dict[str, Any], where: str) -> str:
+    """The type from FROM/TO or from WITH (connector = ...); both given must agree."""
+    in_with = options.get("connector")
+    if entry_type and in_with and str(in_with).lower() != entry_type.lower():
+        raise PlanError(
+            f"{where}: type given twice and differently: '{entry_type}' and connector = '{in_with}'"
+        )
+    chosen = entry_type or in_with
+    if not chosen:
+        raise PlanError(
+            f"{where}: no connector type: write FROM type / TO type, or connector = 'type' in WITH"
+        )
+    return str(chosen).lower()
+
+
+def target_stream(entry_stream: str | None, options: dict[str, Any], where: str) -> str:
+    in_with = options.get("stream")
+    if entry_stream and in_with and str(in_with) != entry_stream:
+        raise PlanError(
+            f"{where}: stream given twice and differently: '{entry_stream}' and"
+            f" stream = '{in_with}'"
+        )
+    chosen = entry_stream or in_with
+    if not chosen:
+        raise PlanError(
+            f"{where}: no stream: write INTO stream / FROM stream, or stream = 'name' in WITH"
+        )
+    return str(chosen)
+
+
+def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
+    where = f"{entry.kind} connector '{entry.name}'"
+    plugin = registry.lookup(connector_type(entry.type, entry.options, where), entry.kind)
+    stream = target_stream(entry.stream, entry.options, where)
+    options = validate(plugin.options_for(entry.kind), entry.options, where)
+    resolved = resolve(options, ctx.secrets)
+    if entry.kind == "source":
+        reader, transform = plugin.plan_source(resolved), None
+        writer = WriterSpec(STREAM_FORMAT, path=ctx.stream_path(stream))
+    else:
+        reader, transform = _stream_reader(stream, entry, ctx)
+        writer = plugin.plan_sink(resolved)
+    interval = options.get("trigger.interval")
+    return Plan(
+        connector=entry.name,
+        kind=entry.kind,
+        type=plugin.type,
+        stream=stream,
+        reader=reader,
+        writer=writer,
+        checkpoint=ctx.checkpoint(entry.name),
+        run=options["run"],
+        interval_ms=duration_ms(interval) if interval else None,
+        tasks=options["tasks.max"],
+        initial_state=options["initial.state"],
+        transform=transform,
+        options=options,
+    )
+
+
+def _stream_reader(stream: str, entry: ConnectorEntry, ctx: PlanContext):
+    s = ctx.streams.get(stream)
+    if s is None:
+        raise PlanError(
+            f"sink connector '{entry.name}' reads stream '{stream}', which does not"
+            f" exist{_known(ctx.streams)}"
+        )
+    if not s.schema:
+        raise PlanError(
+            f"stream '{stream}' has no schema yet: create a source connector into it first"
+        )
+    reader = ReaderSpec(STREAM_FORMAT, path=s.path, schema=s.schema)
+    if not entry.select_sql:
+        return reader, None
+    return reader, compile_select(entry.select_sql, stream, stream_columns(s))
+
+
+def stream_columns(s: StreamEntry) -> list[str]:
+    import json
+
+    return [f["name"] for f in json.loads(s.schema_json)["fields"]] if s.schema_json else []
+
+
+def _known(streams: dict) -> str:
+    return f" (known: {', '.join(sorted(streams))})" if streams else " (there are no streams)"

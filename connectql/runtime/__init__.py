@@ -1,0 +1,1 @@
+"""Owns the SparkSession and turns plans into running Structured Streaming queries."""

@@ -1,0 +1,200 @@
+"""Starts plans as named Spark streaming queries, stops them, and reports their progress and
+termination through a StreamingQueryListener."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from pyspark.errors import PySparkException
+from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.types import StructType
+
+from connectql.connectors.base import ReaderSpec
+from connectql.errors import PlanError
+from connectql.planner.plan import Plan
+from connectql.runtime.errors import short_error
+from connectql.runtime.session import get_session
+
+log = logging.getLogger("connectql.runtime")
+
+
+def lag(end: str | None, latest: str | None, field: str | None) -> int | None:
+    """latest[field] - end[field] when the source reports its latest offset."""
+    if not (end and latest and field):
+        return None
+    try:
+        return max(0, int(json.loads(latest)[field]) - int(json.loads(end)[field]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def progress_row(p, lag_field: str | None) -> dict[str, Any]:
+    src = p.sources[0] if p.sources else None
+    end, latest = (src.endOffset, src.latestOffset) if src else (None, None)
+    return {
+        "batch_id": p.batchId,
+        "started_at": datetime.fromisoformat(p.timestamp.replace("Z", "+00:00"))
+        .astimezone(timezone.utc)
+        .replace(tzinfo=None),
+        "duration_ms": int(p.durationMs.get("triggerExecution", p.batchDuration or 0)),
+        "input_rows": int(p.numInputRows),
+        "input_rows_per_sec": float(p.inputRowsPerSecond or 0.0),
+        "processed_rows_per_sec": float(p.processedRowsPerSecond or 0.0),
+        "end_offset": end,
+        "latest_offset": latest,
+        "lag": lag(end, latest, lag_field),
+    }
+
+
+class Engine:
+    """Owns the SparkSession's queries. `on_progress(name, row)` and
+    `on_terminated(name, error_or_None, stopped_by_us)` are called from Spark's listener thread."""
+
+    def __init__(self, settings: dict[str, str], on_progress: Callable, on_terminated: Callable):
+        self.settings = settings
+        self.on_progress, self.on_terminated = on_progress, on_terminated
+        self.queries: dict[str, Any] = {}
+        self.plans: dict[str, Plan] = {}
+        self.finished: dict[str, threading.Event] = {}
+        self._by_id: dict[str, str] = {}
+        self._stopping: set[str] = set()
+        self._spark = None
+        self._lock = threading.RLock()
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            self._spark = get_session(self.settings)
+            self._spark.streams.addListener(_Listener(self))
+        return self._spark
+
+    @property
+    def started(self) -> bool:
+        return self._spark is not None
+
+    def resolve_schema(self, reader: ReaderSpec):
+        """The StructType the reader produces: its DDL, or inferred from the files there."""
+        try:
+            if reader.schema:
+                self.spark  # noqa: B018 (parsing DDL needs the JVM)
+                return StructType.fromDDL(reader.schema)
+            return (
+                self.spark.read.format(reader.format)
+                .options(**reader.options)
+                .load(reader.path)
+                .schema
+            )
+        except PySparkException as e:
+            raise PlanError(
+                f"cannot determine the schema of {reader.format} data"
+                f"{' at ' + reader.path if reader.path else ''}: {short_error(str(e))}"
+                + ("; give it with schema = '...'" if not reader.schema else "")
+            ) from None
+
+    def start(self, plan: Plan) -> None:
+        spark = self.spark
+        df = self._read(spark, plan)
+        if plan.transform:
+            df = df.selectExpr(*plan.transform.projections)
+            if plan.transform.where:
+                df = df.where(plan.transform.where)
+        w = plan.writer
+        writer = (
+            df.writeStream.format(w.format)
+            .options(**w.options)
+            .option("checkpointLocation", plan.checkpoint)
+            .queryName(plan.connector)
+            .outputMode("append")
+        )
+        if w.path:
+            writer = writer.option("path", w.path)
+        if plan.run == "once":
+            writer = writer.trigger(availableNow=True)
+        elif plan.interval_ms:
+            writer = writer.trigger(processingTime=f"{plan.interval_ms} milliseconds")
+        with self._lock:
+            self.finished[plan.connector] = threading.Event()
+            self.plans[plan.connector] = plan
+            spark.sparkContext.setLocalProperty("spark.scheduler.pool", plan.connector)
+            query = writer.start()
+            self.queries[plan.connector] = query
+            self._by_id[str(query.id)] = plan.connector
+
+    def _read(self, spark, plan: Plan):
+        r = plan.reader
+        reader = spark.readStream.format(r.format).options(**r.options)
+        if r.schema:
+            reader = reader.schema(r.schema)
+        return reader.load(r.path) if r.path else reader.load()
+
+    def stop(self, name: str) -> None:
+        """Stop a query gracefully: the running batch ends, offsets stay in the checkpoint."""
+        with self._lock:
+            query = self.queries.get(name)
+            if query is None:
+                return
+            self._stopping.add(name)
+        query.stop()
+        self.finished[name].wait(60)
+
+    def stop_all(self) -> None:
+        for name in list(self.queries):
+            self.stop(name)
+
+    def is_active(self, name: str) -> bool:
+        q = self.queries.get(name)
+        return bool(q and q.isActive)
+
+    def wait(self, name: str, timeout: float | None = None) -> bool:
+        event = self.finished.get(name)
+        return event.wait(timeout) if event else True
+
+    def _terminated(self, query_id: str, exception: str | None) -> None:
+        with self._lock:
+            name = self._by_id.pop(query_id, None)
+            if name is None:
+                return
+            self.queries.pop(name, None)
+            stopped = name in self._stopping
+            self._stopping.discard(name)
+        if exception:
+            log.error("connector %s failed:\n%s", name, exception)
+        try:
+            self.on_terminated(name, exception, stopped)
+        finally:
+            self.finished[name].set()
+
+    def _progress(self, p) -> None:
+        name = p.name
+        plan = self.plans.get(name)
+        if plan is None:
+            return
+        self.on_progress(name, progress_row(p, plan.reader.lag_field))
+
+
+class _Listener(StreamingQueryListener):
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def onQueryStarted(self, event):  # noqa: N802 (Spark's names)
+        pass
+
+    def onQueryProgress(self, event):  # noqa: N802
+        try:
+            self.engine._progress(event.progress)
+        except Exception:  # a listener must never kill Spark's listener bus
+            log.exception("recording progress failed")
+
+    def onQueryIdle(self, event):  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event):  # noqa: N802
+        try:
+            self.engine._terminated(str(event.id), event.exception)
+        except Exception:
+            log.exception("handling query termination failed")

@@ -1,0 +1,28 @@
+"""Turning Spark's long exception texts into one line a person can act on."""
+
+from __future__ import annotations
+
+import re
+
+_PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$", re.MULTILINE)
+_CONDITION = re.compile(r"\[([A-Z_]+(?:\.[A-Z_]+)*)\]")
+
+
+def short_error(text: str | None, limit: int = 500) -> str:
+    """The most specific line of a Spark/Python error: the last Python exception line when the
+    text carries a Python traceback, else the first line with Spark's error condition."""
+    if not text:
+        return ""
+    if "Traceback (most recent call last)" in text:
+        found = [m for m in _PY_ERROR.finditer(text) if "Traceback" not in m.group(0)]
+        python = [m for m in found if "py4j" not in m.group(1).lower()]
+        if python:
+            m = python[-1]
+            return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"[:limit]
+    first = text.strip().splitlines()[0]
+    return first[:limit]
+
+
+def error_class(text: str | None) -> str | None:
+    m = _CONDITION.search(text or "")
+    return m.group(1) if m else None

@@ -1,0 +1,72 @@
+"""The one SparkSession of a worker, tuned for connectors (settings measured in shared/NOTES.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+DEFAULTS = {
+    "spark.master": "local[*]",
+    "spark.app.name": "connectql",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.scheduler.mode": "FAIR",
+    "spark.sql.streaming.checkpointFileManagerClass": "org.apache.spark.sql.execution.streaming."
+    "checkpointing.FileSystemBasedCheckpointFileManager",
+    "spark.sql.streaming.stopTimeout": "30000",
+    "spark.driver.memory": "2g",
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+}
+
+_lock = threading.Lock()
+_session = None
+
+
+def python_data_sources():
+    """Every Python data source class connectql registers with Spark."""
+    from connectql.connectors.datagen import DatagenDataSource
+
+    return [DatagenDataSource]
+
+
+def prepare_environment() -> None:
+    """Spark's Python workers must run this interpreter; a slow start must not kill a worker."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_AUTH_SOCKET_TIMEOUT", "120")
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+
+
+def get_session(settings: dict[str, str] | None = None):
+    """The process-wide SparkSession, created on first use with DEFAULTS overlaid by `settings`
+    and by CONNECTQL_SPARK_MASTER."""
+    global _session
+    with _lock:
+        if _session is None:
+            prepare_environment()
+            from pyspark.sql import SparkSession
+
+            conf = dict(DEFAULTS)
+            if os.environ.get("CONNECTQL_SPARK_MASTER"):
+                conf["spark.master"] = os.environ["CONNECTQL_SPARK_MASTER"]
+            conf.update(settings or {})
+            builder = SparkSession.builder
+            for key, value in conf.items():
+                builder = builder.config(key, value)
+            spark = builder.getOrCreate()
+            spark.sparkContext.setLogLevel("ERROR")
+            for source in python_data_sources():
+                spark.dataSource.register(source)
+            _session = spark
+        return _session
+
+
+def stop_session() -> None:
+    global _session
+    with _lock:
+        if _session is not None:
+            _session.stop()
+            _session = None

@@ -1,0 +1,1 @@
+"""The worker process: owns the catalog and the SparkSession, and executes statements."""

@@ -1,0 +1,146 @@
+"""SHOW and DESCRIBE: catalog objects and plugins as tables, secrets always redacted."""
+
+from __future__ import annotations
+
+import json
+
+from connectql.catalog.redact import redact
+from connectql.catalog.streams import committed_files
+from connectql.connectors import registry
+from connectql.errors import CatalogError
+from connectql.grammar import ast
+from connectql.server.results import Result
+
+
+def show(worker, s: ast.Show) -> Result:
+    cat = worker.catalog
+    if s.what == "connectors":
+        where, params = (" WHERE name LIKE ?", [s.like]) if s.like else ("", [])
+        cols, rows = cat.query(
+            "SELECT name, kind, type, stream, state, rows_total, lag,"
+            f" last_error FROM connectors{where} ORDER BY name",
+            params,
+        )
+        return Result(columns=cols, rows=rows, title="connectors")
+    if s.what == "streams":
+        rows = [
+            (st.name, st.schema or "(none yet)", _writers(worker, st.name), st.path)
+            for st in cat.streams()
+        ]
+        return Result(columns=["name", "schema", "connectors", "path"], rows=rows, title="streams")
+    if s.what == "plugins":
+        rows = [
+            (
+                p.type,
+                ", ".join(p.kinds) or "-",
+                "yes" if p.installed else "no",
+                p.delivery or "-",
+                p.doc,
+            )
+            for p in registry.plugins().values()
+        ]
+        return Result(
+            columns=["type", "kinds", "installed", "delivery", "doc"],
+            rows=sorted(rows),
+            title="connector plugins",
+        )
+    return Result(columns=["name"], rows=[(n,) for n in worker.secrets.names()], title="secrets")
+
+
+def _writers(worker, stream: str) -> str:
+    return ", ".join(e.name for e in worker.catalog.connectors() if e.stream == stream)
+
+
+def describe(worker, s: ast.Describe) -> Result:
+    return {"connector": _connector, "stream": _stream, "plugin": _plugin}[s.what](worker, s.name)
+
+
+def _connector(worker, name: str) -> Result:
+    e = worker.catalog.get_connector(name)
+    _, rows = worker.catalog.query(
+        "SELECT state, desired_state, rows_total, rows_per_sec, last_batch_at, lag, last_error,"
+        " created_at, updated_at FROM connectors WHERE name = ?",
+        [name],
+    )
+    keys = [
+        "state",
+        "desired_state",
+        "rows_total",
+        "rows_per_sec",
+        "last_batch_at",
+        "lag",
+        "last_error",
+        "created_at",
+        "updated_at",
+    ]
+    props = [
+        ("name", e.name),
+        ("kind", e.kind),
+        ("type", e.type),
+        ("stream", e.stream),
+        *zip(keys, rows[0], strict=True),
+        ("checkpoint", str(worker.home / "checkpoints" / name)),
+    ]
+    if e.select_sql:
+        props.append(("transform", e.select_sql))
+    props += [(f"option {k}", _show_value(v)) for k, v in redact(e.options).items()]
+    return Result(
+        columns=["property", "value"],
+        rows=[(k, _text(v)) for k, v in props],
+        title=f"connector {name}",
+    )
+
+
+def _stream(worker, name: str) -> Result:
+    st = worker.catalog.get_stream(name)
+    fields = json.loads(st.schema_json)["fields"] if st.schema_json else []
+    rows = [
+        (
+            f["name"],
+            f["type"] if isinstance(f["type"], str) else json.dumps(f["type"]),
+            "yes" if f.get("nullable", True) else "no",
+        )
+        for f in fields
+    ]
+    files = committed_files(st.path)
+    title = (
+        f"stream {name}: {len(files)} committed file(s) at {st.path};"
+        f" connectors: {_writers(worker, name) or 'none'}"
+    )
+    return Result(columns=["column", "type", "nullable"], rows=rows, title=title)
+
+
+def _plugin(worker, name: str) -> Result:
+    plugin = registry.lookup(name)
+    rows = []
+    for kind in plugin.kinds:
+        for o in plugin.options_for(kind).values():
+            rows.append(
+                (
+                    kind,
+                    o.name,
+                    o.describe_type(),
+                    _text(o.default),
+                    "yes" if o.required else "no",
+                    "yes" if o.secret else "no",
+                    o.doc,
+                )
+            )
+    if not rows:
+        raise CatalogError(f"plugin {name} declares no options")
+    title = f"plugin {plugin.type}: {plugin.doc}"
+    if plugin.delivery:
+        title += f" Sink delivery: {plugin.delivery}."
+    return Result(
+        columns=["kind", "option", "type", "default", "required", "secret", "doc"],
+        rows=rows,
+        title=title,
+    )
+
+
+def _show_value(v):
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _text(v) -> str:
+    return "" if v is None else str(v)

@@ -1,0 +1,408 @@
+"""The Worker: one process that owns the catalog and the SparkSession and executes statements
+of the connector language, keeping each connector's state the truth about its query."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from connectql.catalog import states
+from connectql.catalog.query import run_select
+from connectql.catalog.secrets import SecretStore
+from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
+from connectql.errors import CatalogError, ConnectQLError, PlanError
+from connectql.grammar import ast
+from connectql.planner.plan import Plan, PlanContext, build_plan
+from connectql.runtime.engine import Engine
+from connectql.runtime.errors import short_error
+from connectql.runtime.session import stop_session
+from connectql.server import describe
+from connectql.server.results import Result
+
+log = logging.getLogger("connectql.worker")
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("CONNECTQL_HOME", ".connectql")).resolve()
+
+
+def schema_ddl(struct) -> str:
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString().upper()}" for f in struct.fields)
+
+
+def schema_diff(old_json: str, new) -> str:
+    import json
+
+    old = {
+        f["name"]: f["type"] if isinstance(f["type"], str) else json.dumps(f["type"])
+        for f in json.loads(old_json)["fields"]
+    }
+    new_f = {
+        f.name: f.dataType.typeName()
+        if f.dataType.typeName() != "decimal"
+        else f.dataType.simpleString()
+        for f in new.fields
+    }
+    parts = [
+        f"only in the stream: {', '.join(sorted(set(old) - set(new_f)))}"
+        if set(old) - set(new_f)
+        else "",
+        f"only in the new source: {', '.join(sorted(set(new_f) - set(old)))}"
+        if set(new_f) - set(old)
+        else "",
+        "; ".join(
+            f"{n} is {old[n]} in the stream but {new_f[n]} in the new source"
+            for n in sorted(set(old) & set(new_f))
+            if old[n] != new_f[n]
+        ),
+    ]
+    return "; ".join(p for p in parts if p)
+
+
+class Worker:
+    def __init__(self, home: str | Path | None = None):
+        self.home = Path(home).resolve() if home else default_home()
+        self.home.mkdir(parents=True, exist_ok=True)
+        _log_to(self.home / "worker.log")
+        self.catalog = Catalog(self.home / "catalog.duckdb")
+        self.secrets = SecretStore(self.home / "secrets.json")
+        spark_settings = {
+            k: v for k, v in self.catalog.settings().items() if k.startswith("spark.")
+        }
+        self.engine = Engine(spark_settings, self._on_progress, self._on_terminated)
+        self._stop_to: dict[str, tuple[str, str]] = {}  # name -> (state, reason) after a stop
+
+    # ------------------------------------------------------------------ lifecycle of the worker
+    def resume_all(self) -> list[str]:
+        """Start every connector whose desired state is running, from its checkpoint."""
+        started = []
+        for e in self.catalog.connectors():
+            if e.desired_state == "running" and e.state not in (states.FINISHED, states.PAUSED):
+                self._start(e, "worker started")
+                started.append(e.name)
+        return started
+
+    def close(self) -> None:
+        for name in list(self.engine.queries):
+            self._stop(name, states.STOPPED, "worker shut down")
+        self.catalog.close()
+        if self.engine.started:
+            stop_session()
+
+    def active(self) -> list[str]:
+        return [n for n in list(self.engine.queries) if self.engine.is_active(n)]
+
+    def wait_for_once(self, names=None, timeout: float | None = None) -> None:
+        """Wait until running `run = 'once'` connectors (all, or `names`) have finished."""
+        for name, plan in list(self.engine.plans.items()):
+            if plan.run == "once" and (names is None or name in names):
+                self.engine.wait(name, timeout)
+
+    # ------------------------------------------------------------------ statements
+    def execute(self, stmt: ast.Statement) -> Result:
+        handler = getattr(self, "_do_" + type(stmt).__name__, None)
+        if handler is None:
+            raise ConnectQLError(f"{type(stmt).__name__} is not supported yet")
+        return handler(stmt)
+
+    def run_script(self, text: str, source: str = ""):
+        """Parse a whole script first (a syntax error runs nothing), then execute statement by
+        statement, yielding (statement, result); stops at the first failing one."""
+        from connectql.grammar.parser import parse_script
+
+        for stmt in parse_script(text, source):
+            try:
+                yield stmt, self.execute(stmt)
+            except ConnectQLError as e:
+                where = f"{source}:{stmt.line}" if source else f"line {stmt.line}"
+                raise ConnectQLError(f"{where}: {self._scrub(str(e))}") from None
+
+    def _do_CreateSourceConnector(self, s: ast.CreateSourceConnector) -> Result:  # noqa: N802
+        return self._create(
+            ConnectorEntry(s.name, "source", s.type, s.stream, s.options), s.if_not_exists
+        )
+
+    def _do_CreateSinkConnector(self, s: ast.CreateSinkConnector) -> Result:  # noqa: N802
+        return self._create(
+            ConnectorEntry(s.name, "sink", s.type, s.stream, s.options, s.select), s.if_not_exists
+        )
+
+    def _create(self, entry: ConnectorEntry, if_not_exists: bool) -> Result:
+        if self.catalog.has_connector(entry.name):
+            if if_not_exists:
+                return Result(f"connector {entry.name} exists; left as it is")
+            raise CatalogError(f"connector '{entry.name}' already exists")
+        plan = self._plan(entry)
+        plan, created_stream = self._bind_stream(plan) if entry.kind == "source" else (plan, False)
+        entry = replace(entry, type=plan.type, stream=plan.stream, tasks=plan.tasks)
+        try:
+            self.catalog.add_connector(entry)
+            if plan.initial_state == "paused":
+                self.catalog.set_state(
+                    entry.name, states.PAUSED, "initial.state = paused", desired="paused"
+                )
+                return Result(f"created {entry.kind} connector {entry.name} (paused)")
+            self._launch(entry.name, "created", plan)
+        except Exception as e:  # a creation that fails changes nothing
+            self._undo_create(entry.name, plan, created_stream)
+            if isinstance(e, ConnectQLError):
+                raise
+            raise ConnectQLError(
+                f"connector '{entry.name}' failed to start: {self._scrub(short_error(str(e)))}"
+            ) from None
+        return Result(f"created {entry.kind} connector {entry.name}")
+
+    def _undo_create(self, name: str, plan: Plan, created_stream: bool) -> None:
+        if self.engine.is_active(name):
+            self._stop(name, "DROPPED", "creation failed")
+        self.engine.plans.pop(name, None)
+        shutil.rmtree(plan.checkpoint, ignore_errors=True)
+        if self.catalog.has_connector(name):
+            self.catalog.remove_connector(name, "creation failed")
+        if created_stream:
+            self.catalog.remove_stream(plan.stream)
+            shutil.rmtree(plan.writer.path, ignore_errors=True)
+
+    def _context(self) -> PlanContext:
+        return PlanContext(self.home, {s.name: s for s in self.catalog.streams()}, self.secrets)
+
+    def _plan(self, entry: ConnectorEntry) -> Plan:
+        return build_plan(entry, self._context())
+
+    def _bind_stream(self, plan: Plan) -> tuple[Plan, bool]:
+        """Record the source's schema on its stream (creating the stream when new); a stream
+        that already has a different schema is an error naming the differences. Returns the
+        plan with the resolved schema, and whether the stream was created."""
+        struct = self.engine.resolve_schema(plan.reader)
+        plan = replace(plan, reader=replace(plan.reader, schema=schema_ddl(struct)))
+        stream = self.catalog.find_stream(plan.stream)
+        if stream is None:
+            self.catalog.add_stream(
+                StreamEntry(
+                    plan.stream,
+                    plan.writer.path,
+                    plan.reader.schema,
+                    struct.json(),
+                    created_by=plan.connector,
+                )
+            )
+            return plan, True
+        if not stream.schema:
+            self.catalog.set_stream_schema(plan.stream, plan.reader.schema, struct.json())
+            return plan, False
+        diff = schema_diff(stream.schema_json, struct)
+        if diff:
+            raise PlanError(
+                f"source connector '{plan.connector}' writes a different schema"
+                f" into stream '{plan.stream}': {diff}"
+            )
+        return plan, False
+
+    def _start(self, entry: ConnectorEntry, reason: str) -> None:
+        """Start an existing connector; a failure to start is its state (FAILED), not an error."""
+        try:
+            self._launch(entry.name, reason, self._bound_plan(entry))
+        except Exception as e:
+            log.exception("starting connector %s failed", entry.name)
+            self.catalog.set_state(
+                entry.name, states.FAILED, "start failed", error=self._scrub(short_error(str(e)))
+            )
+
+    def _launch(self, name: str, reason: str, plan: Plan) -> None:
+        self.catalog.set_state(name, states.STARTING, reason)
+        if plan.kind == "sink" and plan.run == "once":
+            self._wait_for_feeders(plan.stream)
+        self.engine.start(plan)
+        with self.catalog.lock:  # a once-query may have finished already
+            if self.catalog.get_connector(name).state == states.STARTING:
+                self.catalog.set_state(name, states.RUNNING, "query started")
+
+    def _bound_plan(self, entry: ConnectorEntry) -> Plan:
+        plan = self._plan(entry)
+        if plan.kind == "source":
+            stream = self.catalog.get_stream(plan.stream)
+            plan = replace(plan, reader=replace(plan.reader, schema=stream.schema))
+        return plan
+
+    def _wait_for_feeders(self, stream: str) -> None:
+        feeders = [
+            n
+            for n, p in list(self.engine.plans.items())
+            if p.kind == "source" and p.stream == stream and p.run == "once"
+        ]
+        self.wait_for_once(feeders)
+
+    def _stop(self, name: str, state: str, reason: str) -> None:
+        self._stop_to[name] = (state, reason)
+        self.engine.stop(name)
+
+    def _on_terminated(self, name: str, error: str | None, stopped: bool) -> None:
+        if error:
+            self.catalog.set_state(
+                name, states.FAILED, "query failed", error=self._scrub(short_error(error))
+            )
+        elif stopped:
+            state, reason = self._stop_to.pop(name, (states.STOPPED, "stopped"))
+            if state != "DROPPED":
+                self.catalog.set_state(name, state, reason)
+        else:
+            self.catalog.set_state(name, states.FINISHED, "all available data processed")
+
+    def _on_progress(self, name: str, row: dict) -> None:
+        self.catalog.record_progress(name, row)
+
+    def _scrub(self, text: str) -> str:
+        from connectql.catalog.redact import scrub
+
+        inline = [
+            v
+            for e in self.catalog.connectors()
+            for k, v in e.options.items()
+            if isinstance(v, str) and _is_secret(k)
+        ]
+        return scrub(text, [*self.secrets.values(), *inline])
+
+    # ------------------------------------------------------------------ the other statements
+    def _do_CreateStream(self, s: ast.CreateStream) -> Result:  # noqa: N802
+        if self.catalog.find_stream(s.name):
+            if s.if_not_exists:
+                return Result(f"stream {s.name} exists; left as it is")
+            raise CatalogError(f"stream '{s.name}' already exists")
+        unknown = set(s.options) - {"retention"}
+        if unknown:
+            raise PlanError(
+                f"stream '{s.name}': unknown option '{sorted(unknown)[0]}'"
+                " (streams take: retention)"
+            )
+        retention = s.options.get("retention")
+        self.catalog.add_stream(
+            StreamEntry(
+                s.name,
+                self._context().stream_path(s.name),
+                retention=str(retention) if retention else None,
+            )
+        )
+        return Result(f"created stream {s.name}")
+
+    def _do_CreateSecret(self, s: ast.CreateSecret) -> Result:  # noqa: N802
+        if self.secrets.has(s.name):
+            if s.if_not_exists:
+                return Result(f"secret {s.name} exists; left as it is")
+            raise CatalogError(f"secret '{s.name}' already exists")
+        self.secrets.put(s.name, s.value)
+        return Result(f"created secret {s.name}")
+
+    def _do_Show(self, s: ast.Show) -> Result:  # noqa: N802
+        return describe.show(self, s)
+
+    def _do_Describe(self, s: ast.Describe) -> Result:  # noqa: N802
+        return describe.describe(self, s)
+
+    def _do_Explain(self, s: ast.Explain) -> Result:  # noqa: N802
+        c = s.statement
+        kind = "source" if isinstance(c, ast.CreateSourceConnector) else "sink"
+        entry = ConnectorEntry(
+            c.name, kind, c.type, c.stream, c.options, getattr(c, "select", None)
+        )
+        plan = self._plan(entry)
+        return Result(columns=["step", "detail"], rows=plan.describe(), title=f"plan of {c.name}")
+
+    def _do_Drop(self, s: ast.Drop) -> Result:  # noqa: N802
+        return getattr(self, f"_drop_{s.what}")(s)
+
+    def _drop_connector(self, s: ast.Drop) -> Result:
+        if not self.catalog.has_connector(s.name):
+            if s.if_exists:
+                return Result(f"no connector {s.name}; nothing dropped")
+            self.catalog.get_connector(s.name)  # raises, listing the known ones
+        self._stop(s.name, "DROPPED", "dropped")
+        shutil.rmtree(self._context().checkpoint(s.name), ignore_errors=True)
+        self.catalog.remove_connector(s.name)
+        self.engine.plans.pop(s.name, None)
+        return Result(f"dropped connector {s.name}")
+
+    def _drop_stream(self, s: ast.Drop) -> Result:
+        stream = self.catalog.find_stream(s.name)
+        if stream is None:
+            if s.if_exists:
+                return Result(f"no stream {s.name}; nothing dropped")
+            self.catalog.get_stream(s.name)
+        users = [e.name for e in self.catalog.connectors() if e.stream == s.name]
+        if users:
+            raise CatalogError(
+                f"stream '{s.name}' is used by connectors {', '.join(users)}: drop them first"
+            )
+        shutil.rmtree(stream.path, ignore_errors=True)
+        self.catalog.remove_stream(s.name)
+        return Result(f"dropped stream {s.name}")
+
+    def _drop_secret(self, s: ast.Drop) -> Result:
+        if not self.secrets.has(s.name):
+            if s.if_exists:
+                return Result(f"no secret {s.name}; nothing dropped")
+            self.secrets.get(s.name)
+        self.secrets.remove(s.name)
+        return Result(f"dropped secret {s.name}")
+
+    def _do_Set(self, s: ast.Set) -> Result:  # noqa: N802
+        value = str(s.value).lower() if isinstance(s.value, bool) else str(s.value)
+        self.catalog.set_setting(s.key, value)
+        if not s.key.startswith("spark."):
+            return Result(f"set {s.key} = {value}")
+        if not self.engine.started:
+            self.engine.settings[s.key] = value
+            return Result(f"set {s.key} = {value}")
+        if s.key.startswith("spark.sql."):
+            self.engine.spark.conf.set(s.key, value)
+            return Result(f"set {s.key} = {value}")
+        return Result(f"set {s.key} = {value}; it takes effect when the worker starts again")
+
+    def _do_Select(self, s: ast.Select) -> Result:  # noqa: N802
+        self.wait_for_once()  # a batch script sees its once-connectors' results in order
+        columns, rows = run_select(self.catalog, s.sql)
+        return Result(columns=columns, rows=rows)
+
+    def _do_ConnectorAction(self, s: ast.ConnectorAction) -> Result:  # noqa: N802
+        entry = self.catalog.get_connector(s.name)
+        if s.action == "pause":
+            states.check(s.name, entry.state, states.PAUSED)
+            self.catalog.execute(
+                "UPDATE connectors SET desired_state = 'paused' WHERE name = ?", [s.name]
+            )
+            if self.engine.is_active(s.name):
+                self._stop(s.name, states.PAUSED, "paused by user")
+            else:
+                self.catalog.set_state(s.name, states.PAUSED, "paused by user")
+            return Result(f"paused connector {s.name}")
+        if s.action in ("resume", "restart"):
+            if s.action == "resume" and entry.state != states.PAUSED:
+                raise states.StateError(
+                    f"connector '{s.name}' is {entry.state}: only a PAUSED connector can be resumed"
+                )
+            if self.engine.is_active(s.name):
+                self._stop(s.name, states.STOPPED, "restart requested")
+            self.catalog.execute(
+                "UPDATE connectors SET desired_state = 'running' WHERE name = ?", [s.name]
+            )
+            self._start(entry, f"{s.action}d by user")
+            return Result(f"{s.action}d connector {s.name}")
+        raise ConnectQLError(f"{s.action.replace('_', ' ').upper()} is not supported yet")
+
+
+def _is_secret(key: str) -> bool:
+    from connectql.connectors.options import is_secret_key
+
+    return is_secret_key(key)
+
+
+def _log_to(path: Path) -> None:
+    root = logging.getLogger("connectql")
+    if any(getattr(h, "baseFilename", None) == str(path) for h in root.handlers):
+        return
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)

@@ -1,0 +1,17 @@
+"""Shared fixtures: one real SparkSession per test session, and a fresh connectql home."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from connectql.runtime.session import get_session
+
+    return get_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+
+
+@pytest.fixture
+def home(tmp_path):
+    return tmp_path / "home"

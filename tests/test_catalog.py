@@ -1,0 +1,163 @@
+"""Catalog: versioned schema, connector/stream records, redaction, lifecycle transitions."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+from connectql.catalog import schema, states
+from connectql.catalog.query import rewrite, run_select
+from connectql.catalog.secrets import SecretStore
+from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
+from connectql.catalog.streams import committed_files
+from connectql.errors import CatalogError, StateError, ValidationError
+from connectql.grammar.ast import SecretRef
+
+
+@pytest.fixture
+def cat(tmp_path):
+    c = Catalog(tmp_path / "c.duckdb")
+    yield c
+    c.close()
+
+
+def test_migrations_run_once_and_record_the_version(tmp_path):
+    path = tmp_path / "c.duckdb"
+    Catalog(path).close()
+    again = Catalog(path)  # an existing home: no migration re-runs (it would fail on CREATE)
+    rows = again.query("SELECT version FROM schema_version")[1]
+    assert rows == [(schema.LATEST,)]
+    again.close()
+
+
+def test_a_new_migration_is_applied_to_an_existing_home(tmp_path, monkeypatch):
+    path = tmp_path / "c.duckdb"
+    Catalog(path).close()
+    extra = (schema.LATEST + 1, "test column", ["ALTER TABLE connectors ADD COLUMN note VARCHAR"])
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, extra])
+    c = Catalog(path)
+    assert "note" in c.query("SELECT * FROM connectors")[0]
+    assert max(r[0] for r in c.query("SELECT version FROM schema_version")[1]) == schema.LATEST + 1
+    c.close()
+
+
+def test_options_are_stored_as_given_but_shown_redacted(cat):
+    opts = {
+        "password": "hunter2",
+        "ssl.key": "k3y",
+        "host": "db",
+        "token": SecretRef("tok"),
+        "user": "${env:DB_USER}",
+    }
+    cat.add_connector(ConnectorEntry("c1", "source", "datagen", "s", opts))
+    assert cat.get_connector("c1").options == opts
+    shown = json.loads(cat.query("SELECT options FROM connectors")[1][0][0])
+    assert shown == {
+        "password": "****",
+        "ssl.key": "****",
+        "host": "db",
+        "token": "SECRET tok",
+        "user": "${env:DB_USER}",
+    }
+
+
+def test_user_select_cannot_read_private_tables(cat):
+    cat.add_connector(ConnectorEntry("c1", "source", "datagen", "s", {"password": "hunter2"}))
+    for sql in [
+        "SELECT * FROM connector_config",
+        "SELECT * FROM settings",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM main.connector_config",
+        "SELECT * FROM nowhere",
+    ]:
+        with pytest.raises(ValidationError):
+            run_select(cat, sql)
+    cols, rows = run_select(cat, "SELECT name, options FROM connectors")
+    assert "hunter2" not in str(rows) and rows[0][0] == "c1"
+
+
+def test_unknown_table_error_names_it_and_lists_known(cat):
+    with pytest.raises(ValidationError, match=r"unknown table or stream 'nope'.*connectors"):
+        rewrite(cat, "SELECT * FROM nope")
+
+
+def test_states_are_enforced_and_every_transition_is_an_event(cat):
+    cat.add_connector(ConnectorEntry("c1", "source", "datagen", "s", {}))
+    cat.set_state("c1", states.STARTING, "start")
+    cat.set_state("c1", states.RUNNING, "started")
+    cat.set_state("c1", states.FAILED, "boom", error="ValueError: bad")
+    with pytest.raises(StateError, match="connector 'c1' is FAILED: it cannot become RUNNING"):
+        cat.set_state("c1", states.RUNNING, "nope")
+    events = cat.query("SELECT from_state, to_state, reason FROM connector_events ORDER BY time")[1]
+    assert events == [
+        (None, "CREATED", "created"),
+        ("CREATED", "STARTING", "start"),
+        ("STARTING", "RUNNING", "started"),
+        ("RUNNING", "FAILED", "boom"),
+    ]
+    assert cat.get_connector("c1").last_error == "ValueError: bad"
+
+
+def test_missing_connector_error_lists_known_names(cat):
+    cat.add_connector(ConnectorEntry("alpha", "source", "datagen", "s", {}))
+    with pytest.raises(CatalogError, match=r"no connector named 'beta' \(known: alpha\)"):
+        cat.get_connector("beta")
+
+
+def test_progress_updates_totals_metrics_and_offsets(cat):
+    cat.add_connector(ConnectorEntry("c1", "source", "datagen", "s", {}))
+    row = {
+        "batch_id": 0,
+        "started_at": None,
+        "duration_ms": 5,
+        "input_rows": 10,
+        "input_rows_per_sec": 1.0,
+        "processed_rows_per_sec": 2.0,
+        "end_offset": '{"seq":10}',
+        "latest_offset": '{"seq":30}',
+        "lag": 20,
+    }
+    cat.record_progress("c1", row)
+    cat.record_progress("c1", {**row, "batch_id": 1, "end_offset": '{"seq":20}', "lag": 10})
+    assert cat.query("SELECT rows_total, lag FROM connectors")[1] == [(20, 10)]
+    assert cat.query("SELECT count(*) FROM connector_metrics")[1] == [(2,)]
+    assert cat.query("SELECT committed_offset FROM connector_offsets")[1] == [('{"seq":20}',)]
+
+
+def test_committed_files_follow_the_metadata_log_not_the_directory(tmp_path):
+    meta = tmp_path / "_spark_metadata"
+    meta.mkdir()
+    good = tmp_path / "part-0.parquet"
+    duckdb.sql(f"COPY (SELECT 1 AS x) TO '{good}' (FORMAT parquet)")
+    (tmp_path / "part-1.parquet").write_bytes(b"")  # what a killed batch leaves behind
+    entry = {"path": f"file://{good}", "size": 1, "isDir": False, "action": "add"}
+    (meta / "0").write_text("v1\n" + json.dumps(entry) + "\n")
+    assert committed_files(tmp_path) == [str(good)]
+
+
+def test_compacted_metadata_log_is_read_with_later_batches(tmp_path):
+    meta = tmp_path / "_spark_metadata"
+    meta.mkdir()
+    entry = '{"path":"file:///d/%s","action":"add"}'
+    (meta / "0").write_text("v1\n" + entry % "a")
+    (meta / "9.compact").write_text("v1\n" + entry % "a" + "\n" + entry % "b")
+    (meta / "10").write_text("v1\n" + entry % "c")
+    assert committed_files(tmp_path) == ["/d/a", "/d/b", "/d/c"]
+
+
+def test_streams_round_trip(cat):
+    cat.add_stream(StreamEntry("s", "/x/s", "`id` BIGINT", '{"fields":[]}', created_by="c"))
+    assert cat.get_stream("s").schema == "`id` BIGINT"
+    with pytest.raises(CatalogError, match="no stream named 'zz'"):
+        cat.get_stream("zz")
+
+
+def test_secret_store_is_owner_only(tmp_path):
+    store = SecretStore(tmp_path / "secrets.json")
+    store.put("pg", "s3cret")
+    assert store.get("pg") == "s3cret" and store.names() == ["pg"]
+    assert (tmp_path / "secrets.json").stat().st_mode & 0o777 == 0o600
+    with pytest.raises(CatalogError, match="no secret named 'nope'"):
+        store.get("nope")

@@ -1,0 +1,132 @@
+"""Planner: pure plans from catalog entries, and every planning-time error."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectql.catalog.secrets import SecretStore
+from connectql.catalog.store import ConnectorEntry, StreamEntry
+from connectql.errors import PlanError, ValidationError
+from connectql.grammar.ast import SecretRef
+from connectql.planner.plan import PlanContext, build_plan
+
+SCHEMA_JSON = (
+    '{"type":"struct","fields":[{"name":"a","type":"long","nullable":true,'
+    '"metadata":{}},{"name":"b","type":"long","nullable":true,"metadata":{}}]}'
+)
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    streams = {
+        "s": StreamEntry("s", str(tmp_path / "streams/s"), "`a` BIGINT, `b` BIGINT", SCHEMA_JSON),
+        "empty": StreamEntry("empty", str(tmp_path / "streams/empty")),
+    }
+    return PlanContext(tmp_path, streams, SecretStore(tmp_path / "secrets.json"))
+
+
+def source(opts, type_="file", stream="s"):
+    return ConnectorEntry("src", "source", type_, stream, opts)
+
+
+def sink(opts, type_="file", stream="s", select=None):
+    return ConnectorEntry("snk", "sink", type_, stream, opts, select)
+
+
+def test_file_source_plan(ctx, tmp_path):
+    plan = build_plan(
+        source(
+            {"path": "/in", "format": "json", "tasks.max": "3", "trigger.interval": "2 seconds"}
+        ),
+        ctx,
+    )
+    assert (plan.reader.format, plan.reader.path) == ("json", "/in")
+    assert plan.writer.path == str(tmp_path / "streams/s")
+    assert plan.checkpoint == str(tmp_path / "checkpoints/src")
+    assert (plan.tasks, plan.interval_ms, plan.run) == (3, 2000, "continuous")
+
+
+def test_type_and_stream_may_come_from_with(ctx):
+    plan = build_plan(source({"connector": "file", "stream": "s2", "path": "/in"}, None, None), ctx)
+    assert (plan.type, plan.stream) == ("file", "s2")
+
+
+def test_type_given_twice_differently_is_an_error(ctx):
+    with pytest.raises(PlanError, match="type given twice"):
+        build_plan(source({"connector": "datagen", "path": "/in"}), ctx)
+
+
+def test_not_installed_types_are_rejected_at_planning(ctx):
+    with pytest.raises(PlanError, match="connector type mysql is not installed"):
+        build_plan(source({"host": "x"}, "mysql"), ctx)
+    with pytest.raises(PlanError, match="connector type postgres is not installed"):
+        build_plan(sink({"host": "x"}, "postgres"), ctx)
+
+
+def test_unknown_type_lists_the_known_ones(ctx):
+    with pytest.raises(
+        PlanError,
+        match=r"unknown connector type 'fiel' \(did you mean 'file'\?\);"
+        r" known types: .*datagen.*file",
+    ):
+        build_plan(source({}, "fiel"), ctx)
+
+
+def test_unknown_option_suggests_the_nearest(ctx):
+    with pytest.raises(
+        ValidationError, match=r"unknown option 'formt' \(did you mean 'format'\?\)"
+    ):
+        build_plan(source({"path": "/in", "formt": "csv"}), ctx)
+
+
+def test_wrong_type_names_option_and_expected_type(ctx):
+    with pytest.raises(ValidationError, match=r"option 'tasks.max' must be int, got 'many'"):
+        build_plan(source({"path": "/in", "tasks.max": "many"}), ctx)
+    with pytest.raises(ValidationError, match=r"option 'run' must be one of 'continuous', 'once'"):
+        build_plan(source({"path": "/in", "run": "twice"}), ctx)
+
+
+def test_missing_required_option_names_it_with_its_doc(ctx):
+    with pytest.raises(ValidationError, match=r"missing required option 'path': directory to read"):
+        build_plan(source({}), ctx)
+
+
+def test_sink_reads_an_existing_stream_with_a_schema(ctx):
+    with pytest.raises(
+        PlanError, match=r"reads stream 'nope', which does not exist \(known: empty, s\)"
+    ):
+        build_plan(sink({"path": "/out"}, stream="nope"), ctx)
+    with pytest.raises(PlanError, match="stream 'empty' has no schema yet"):
+        build_plan(sink({"path": "/out"}, stream="empty"), ctx)
+
+
+def test_sink_transform_is_compiled_and_checked(ctx):
+    plan = build_plan(
+        sink({"path": "/out"}, select="SELECT a, b * 2 AS c FROM s WHERE b > 10"), ctx
+    )
+    assert plan.transform.projections == ("a", "b * 2 AS c")
+    assert plan.transform.where == "b > 10"
+    with pytest.raises(PlanError, match=r"unknown column 'zz' in stream 's' \(columns: a, b\)"):
+        build_plan(sink({"path": "/out"}, select="SELECT a, zz FROM s"), ctx)
+    with pytest.raises(PlanError, match="GROUP BY is not supported"):
+        build_plan(sink({"path": "/out"}, select="SELECT a, count(*) FROM s GROUP BY a"), ctx)
+
+
+def test_secrets_are_resolved_in_the_plan_and_masked_in_explain(ctx, monkeypatch, tmp_path):
+    ctx.secrets.put("pw", "s3cret-value")
+    monkeypatch.setenv("CQL_TEST_PATH", "/from/env")
+    plan = build_plan(source({"path": "${env:CQL_TEST_PATH}", "schema": SecretRef("pw")}), ctx)
+    assert plan.reader.path == "/from/env"
+    assert plan.options["path"] == "${env:CQL_TEST_PATH}"  # the plan keeps the reference
+    with pytest.raises(PlanError, match="environment variable CQL_NOPE, which is not set"):
+        build_plan(source({"path": "${env:CQL_NOPE}"}), ctx)
+
+
+def test_explain_rows_describe_every_step(ctx):
+    plan = build_plan(
+        sink({"path": "/out", "run": "once"}, select="SELECT a FROM s WHERE b > 1"), ctx
+    )
+    steps = dict(plan.describe())
+    assert steps["trigger"] == "available-now (run = 'once')"
+    assert steps["transform"] == "SELECT a WHERE b > 1"
+    assert steps["write"].startswith("format parquet at /out")

@@ -7,9 +7,10 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark():
-    from connectql.runtime.session import get_session
+    from connectql.runtime.session import get_session, stop_session
 
-    return get_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+    yield get_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+    stop_session()
 
 
 @pytest.fixture

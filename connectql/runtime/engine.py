@@ -33,9 +33,16 @@ def lag(end: str | None, latest: str | None, field: str | None) -> int | None:
         return None
 
 
+def _offset_json(text: str | None) -> str | None:
+    """Spark reports a missing offset as None, 'None' or 'null'."""
+    return text if text and text.lstrip().startswith(("{", "[")) else None
+
+
 def progress_row(p, lag_field: str | None) -> dict[str, Any]:
     src = p.sources[0] if p.sources else None
-    end, latest = (src.endOffset, src.latestOffset) if src else (None, None)
+    end, latest = (
+        (_offset_json(src.endOffset), _offset_json(src.latestOffset)) if src else (None, None)
+    )
     return {
         "batch_id": p.batchId,
         "started_at": datetime.fromisoformat(p.timestamp.replace("Z", "+00:00"))
@@ -70,8 +77,15 @@ class Engine:
     def spark(self):
         if self._spark is None:
             self._spark = get_session(self.settings)
-            self._spark.streams.addListener(_Listener(self))
+            self._listener = _Listener(self)
+            self._spark.streams.addListener(self._listener)
         return self._spark
+
+    def close(self) -> None:
+        """Stop every query and stop listening (the session may outlive this engine)."""
+        self.stop_all()
+        if self._spark is not None:
+            self._spark.streams.removeListener(self._listener)
 
     @property
     def started(self) -> bool:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 
 _PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$", re.MULTILINE)
+_JAVA_ERROR = re.compile(
+    r"^\s*(?:: |Caused by: )?([\w$]+(?:\.[\w$]+)+(?:Exception|Error)): (.+)$", re.MULTILINE
+)
 _CONDITION = re.compile(r"\[([A-Z_]+(?:\.[A-Z_]+)*)\]")
 
 
@@ -20,6 +23,10 @@ def short_error(text: str | None, limit: int = 500) -> str:
             m = python[-1]
             return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"[:limit]
     first = text.strip().splitlines()[0]
+    if first.startswith("An error occurred while calling"):  # py4j: the Java exception follows
+        m = _JAVA_ERROR.search(text)
+        if m:
+            return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"[:limit]
     return first[:limit]
 
 

@@ -85,11 +85,13 @@ class Worker:
                 started.append(e.name)
         return started
 
-    def close(self) -> None:
+    def close(self, stop_spark: bool = True) -> None:
+        """Stop every query gracefully (offsets stay in the checkpoints) and close the catalog."""
         for name in list(self.engine.queries):
             self._stop(name, states.STOPPED, "worker shut down")
+        self.engine.close()
         self.catalog.close()
-        if self.engine.started:
+        if stop_spark and self.engine.started:
             stop_session()
 
     def active(self) -> list[str]:
@@ -118,7 +120,8 @@ class Worker:
                 yield stmt, self.execute(stmt)
             except ConnectQLError as e:
                 where = f"{source}:{stmt.line}" if source else f"line {stmt.line}"
-                raise ConnectQLError(f"{where}: {self._scrub(str(e))}") from None
+                e.args = (f"{where}: {self._scrub(str(e))}",)
+                raise e from None
 
     def _do_CreateSourceConnector(self, s: ast.CreateSourceConnector) -> Result:  # noqa: N802
         return self._create(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
@@ -124,15 +123,5 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def entry() -> None:
-    """Console entry point. By now the worker has stopped its queries and closed the catalog;
-    exiting without interpreter teardown avoids noise from Spark's daemon threads holding
-    DuckDB objects at shutdown."""
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    entry()
+    sys.exit(main())

@@ -68,5 +68,11 @@ def stop_session() -> None:
     global _session
     with _lock:
         if _session is not None:
+            from pyspark import SparkContext
+
             _session.stop()
             _session = None
+            gateway = SparkContext._gateway
+            if gateway is not None:  # its callback threads would outlive the interpreter
+                gateway.shutdown()
+                SparkContext._gateway = SparkContext._jvm = None

@@ -55,7 +55,7 @@ def test_a_restarted_worker_resumes_from_the_checkpoint_without_gaps_or_duplicat
     run(
         first,
         """CREATE SOURCE CONNECTOR gen FROM datagen INTO s
-                  WITH ('rows.total' = 3000, 'rows.per.second' = 1500, 'tasks.max' = 2)""",
+                  WITH ('rows.total' = 5000, 'rows.per.second' = 500, 'tasks.max' = 2)""",
     )
     wait_until(
         lambda: (read_parquet_rows(home / "streams/s") or [(0,)])[0][0] > 0,
@@ -63,16 +63,16 @@ def test_a_restarted_worker_resumes_from_the_checkpoint_without_gaps_or_duplicat
     )
     first.close(stop_spark=False)
     partial = read_parquet_rows(home / "streams/s")[0][0]
-    assert 0 < partial < 3000
+    assert 0 < partial < 5000
     assert first_state(home) == "STOPPED"
 
     second = Worker(home)
     try:
         assert second.resume_all() == ["gen"]
-        wait_until(lambda: read_parquet_rows(home / "streams/s")[0][0] >= 3000, what="3000 rows")
-        assert read_parquet_rows(home / "streams/s") == [(3000, 3000)]
+        wait_until(lambda: read_parquet_rows(home / "streams/s")[0][0] >= 5000, what="5000 rows")
+        assert read_parquet_rows(home / "streams/s") == [(5000, 5000)]
         offsets = second.catalog.query("SELECT committed_offset FROM connector_offsets")[1]
-        assert json.loads(offsets[0][0])["seq"] == 3000
+        assert json.loads(offsets[0][0])["seq"] == 5000
     finally:
         second.close(stop_spark=False)
 

@@ -10,7 +10,11 @@ SOURCE_COMMON = {
         Option(
             "connector", doc="the connector type, when not given as FROM/TO type (ksqlDB style)"
         ),
-        Option("stream", doc="target stream of a source (same as INTO)"),
+        Option(
+            "stream",
+            doc="a source's target stream (same as INTO); a sink's input stream"
+            " (same as FROM stream)",
+        ),
         Option("tasks.max", "int", 1, doc="parallelism: input partitions per micro-batch"),
         Option(
             "trigger.interval",
@@ -34,7 +38,4 @@ SOURCE_COMMON = {
     ]
 }
 
-SINK_COMMON = {
-    **SOURCE_COMMON,
-    "stream": Option("stream", doc="the stream a sink reads (same as FROM stream)"),
-}
+SINK_COMMON = SOURCE_COMMON

@@ -32,11 +32,22 @@ def python_data_sources():
     return [DatagenDataSource]
 
 
+def logging_settings(log_dir) -> dict[str, str]:
+    """JVM options that send Spark's log4j output to log_dir/spark.log."""
+    from importlib.resources import files
+
+    config = files("connectql.runtime").joinpath("log4j2.properties")
+    return {
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{config} -Dconnectql.log.dir={log_dir}"
+    }
+
+
 def prepare_environment() -> None:
     """Spark's Python workers must run this interpreter; a slow start must not kill a worker."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_AUTH_SOCKET_TIMEOUT", "120")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local worker binds to loopback
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 
 

@@ -18,7 +18,7 @@ from connectql.grammar import ast
 from connectql.planner.plan import Plan, PlanContext, build_plan
 from connectql.runtime.engine import Engine
 from connectql.runtime.errors import short_error
-from connectql.runtime.session import stop_session
+from connectql.runtime.session import logging_settings, stop_session
 from connectql.server import describe
 from connectql.server.results import Result
 
@@ -69,9 +69,8 @@ class Worker:
         _log_to(self.home / "worker.log")
         self.catalog = Catalog(self.home / "catalog.duckdb")
         self.secrets = SecretStore(self.home / "secrets.json")
-        spark_settings = {
-            k: v for k, v in self.catalog.settings().items() if k.startswith("spark.")
-        }
+        saved = {k: v for k, v in self.catalog.settings().items() if k.startswith("spark.")}
+        spark_settings = {**logging_settings(self.home), **saved}
         self.engine = Engine(spark_settings, self._on_progress, self._on_terminated)
         self._stop_to: dict[str, tuple[str, str]] = {}  # name -> (state, reason) after a stop
 
@@ -107,7 +106,8 @@ class Worker:
     def execute(self, stmt: ast.Statement) -> Result:
         handler = getattr(self, "_do_" + type(stmt).__name__, None)
         if handler is None:
-            raise ConnectQLError(f"{type(stmt).__name__} is not supported yet")
+            first = " ".join(stmt.text.split()[:2]).upper() or type(stmt).__name__
+            raise ConnectQLError(f"{first} is not supported yet")
         return handler(stmt)
 
     def run_script(self, text: str, source: str = ""):

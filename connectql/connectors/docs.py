@@ -1,0 +1,46 @@
+"""The README's connector option tables, generated from the option declarations:
+`python -m connectql.connectors.docs` prints them."""
+
+from __future__ import annotations
+
+from connectql.connectors import registry
+from connectql.connectors.common import SOURCE_COMMON
+
+
+def _cell(text) -> str:
+    return "" if text is None else str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def option_table(options, skip=()) -> str:
+    lines = ["| option | type | default | required | doc |", "| --- | --- | --- | --- | --- |"]
+    for o in options.values():
+        if o.name in skip:
+            continue
+        shown = str(o.default).lower() if isinstance(o.default, bool) else o.default
+        default = "" if o.default is None else f"`{shown}`"
+        lines.append(
+            f"| `{o.name}` | {_cell(o.describe_type())} | {default} |"
+            f" {'yes' if o.required else ''} | {_cell(o.doc)} |"
+        )
+    return "\n".join(lines)
+
+
+def markdown() -> str:
+    parts = ["### Options every connector has", "", option_table(SOURCE_COMMON), ""]
+    for plugin in registry.plugins().values():
+        if not plugin.installed:
+            continue
+        for kind in plugin.kinds:
+            parts += [
+                f"### `{plugin.type}` {kind}",
+                "",
+                plugin.doc,
+                "",
+                option_table(plugin.options_for(kind), skip=SOURCE_COMMON),
+                "",
+            ]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from connectql.catalog.store import Catalog
 from connectql.errors import ConnectQLError, ParseError, PlanError, ValidationError
 from connectql.server.worker import Worker
 from tests.helpers import read_parquet_rows, run, wait_until
@@ -78,13 +79,11 @@ def test_a_restarted_worker_resumes_from_the_checkpoint_without_gaps_or_duplicat
 
 
 def first_state(home):
-    w_cat = __import__("connectql.catalog.store", fromlist=["Catalog"]).Catalog(
-        Path(home) / "catalog.duckdb"
-    )
+    cat = Catalog(Path(home) / "catalog.duckdb")
     try:
-        return w_cat.get_connector("gen").state
+        return cat.get_connector("gen").state
     finally:
-        w_cat.close()
+        cat.close()
 
 
 def test_running_the_same_batch_script_twice_keeps_exactly_rows_total(spark, home):

@@ -274,25 +274,3 @@ def test_a_sink_that_cannot_start_is_not_created_and_says_why(worker, tmp_path):
         run(worker, f"CREATE SINK CONNECTOR k TO file FROM s WITH (path = '{blocker}/out')")
     assert not worker.catalog.has_connector("k")
     assert not (worker.home / "checkpoints/k").exists()
-
-
-def test_a_query_that_dies_is_failed_with_a_one_line_error(worker, tmp_path):
-    import duckdb
-
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    duckdb.sql(
-        f"COPY (SELECT 'x' || range AS id FROM range(3)) TO '{inbox}/a.parquet' (FORMAT parquet)"
-    )
-    run(
-        worker,
-        f"CREATE SOURCE CONNECTOR p FROM file INTO s"
-        f" WITH (path = '{inbox}', format = parquet, schema = 'id INT')",
-    )
-    wait_until(lambda: state(worker, "p") == "FAILED", what="the source to fail")
-    error = worker.catalog.get_connector("p").last_error
-    assert error and "\n" not in error and len(error) <= 500
-    events = worker.catalog.query(
-        "SELECT to_state, error FROM connector_events WHERE connector = 'p' ORDER BY time"
-    )[1]
-    assert events[-1] == ("FAILED", error)

@@ -35,3 +35,23 @@ def check(name: str, current: str, new: str) -> None:
         return
     if new not in TRANSITIONS.get(current, frozenset()):
         raise StateError(f"connector '{name}' is {current}: it cannot become {new}")
+
+
+# user action -> the states a connector may be in for it
+ACTIONS: dict[str, frozenset[str]] = {
+    "pause": frozenset({CREATED, STARTING, RUNNING, STALLED, RESTARTING, FAILED, STOPPED}),
+    "resume": frozenset({PAUSED}),
+    "restart": frozenset(STATES),
+    "alter": frozenset(STATES),
+    "reset_offsets": frozenset({PAUSED, FAILED, FINISHED}),
+}
+
+
+def check_action(name: str, action: str, current: str) -> None:
+    """Raise StateError naming the current state if `action` is not allowed in it."""
+    allowed = ACTIONS[action]
+    if current not in allowed:
+        verb = action.replace("_", " ")
+        raise StateError(
+            f"connector '{name}' is {current}: {verb} needs it to be {' or '.join(sorted(allowed))}"
+        )

@@ -187,6 +187,29 @@ class Catalog:
                 )
             return current
 
+    def set_desired(self, name: str, desired: str) -> None:
+        self.execute(
+            "UPDATE connectors SET desired_state = ?, updated_at = ? WHERE name = ?",
+            [desired, now(), name],
+        )
+
+    def update_options(self, name: str, options: dict[str, Any], tasks: int) -> None:
+        """New options for a connector (ALTER), with an event that records the change."""
+        with self.lock:
+            state = self.get_connector(name).state
+            self.con.execute(
+                "UPDATE connector_config SET options = ? WHERE name = ?",
+                [encode_options(options), name],
+            )
+            self.con.execute(
+                "UPDATE connectors SET options = ?, tasks = ?, updated_at = ? WHERE name = ?",
+                [encode_options(redact(options)), tasks, now(), name],
+            )
+            self.con.execute(
+                "INSERT INTO connector_events VALUES (?,?,?,?,?,?)",
+                [now(), name, state, state, "options altered", None],
+            )
+
     # progress -----------------------------------------------------------------------------
     def record_progress(self, name: str, p: dict[str, Any]) -> None:
         """One micro-batch's progress: a metrics row, running totals and the offsets."""

@@ -29,6 +29,24 @@ SOURCE_COMMON = {
             doc="'continuous', or 'once': process what is there now, then stop (batch)",
         ),
         Option(
+            "errors.retry.max",
+            "int",
+            10,
+            doc="restarts after a failure before the connector is FAILED",
+        ),
+        Option(
+            "errors.retry.backoff.ms",
+            "int",
+            1000,
+            doc="wait before the first restart; doubles per attempt up to 60000",
+        ),
+        Option(
+            "stall.timeout.ms",
+            "int",
+            60000,
+            doc="STALLED when no progress this long while the source has newer data",
+        ),
+        Option(
             "initial.state",
             "enum",
             "running",

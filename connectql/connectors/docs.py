@@ -1,5 +1,5 @@
 """The README's connector option tables, generated from the option declarations:
-`python -m connectql.connectors.docs` prints them."""
+`python -m connectql.connectors.docs` prints them; `--write README.md` updates them in place."""
 
 from __future__ import annotations
 
@@ -42,5 +42,23 @@ def markdown() -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
+BEGIN, END = "<!-- options:begin", "<!-- options:end -->"
+
+
+def update(text: str) -> str:
+    """`text` with the part between the option markers replaced by the current tables."""
+    head, rest = text.split(BEGIN, 1)
+    marker_line, _old = rest.split("\n", 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}{marker_line}\n{markdown()}{END}{tail}"
+
+
 if __name__ == "__main__":
-    print(markdown(), end="")
+    import sys
+    from pathlib import Path
+
+    if sys.argv[1:2] == ["--write"]:
+        path = Path(sys.argv[2])
+        path.write_text(update(path.read_text()))
+    else:
+        print(markdown(), end="")

@@ -13,14 +13,16 @@ from connectql.catalog import states
 from connectql.catalog.query import run_select
 from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
+from connectql.connectors.common import SOURCE_COMMON
 from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.grammar import ast
 from connectql.planner.plan import Plan, PlanContext, build_plan
 from connectql.runtime.engine import Engine
 from connectql.runtime.errors import short_error
 from connectql.runtime.session import logging_settings, stop_session
-from connectql.server import describe
+from connectql.server import describe, lifecycle
 from connectql.server.results import Result
+from connectql.server.supervisor import Supervisor
 
 log = logging.getLogger("connectql.worker")
 
@@ -71,8 +73,8 @@ class Worker:
         self.secrets = SecretStore(self.home / "secrets.json")
         saved = {k: v for k, v in self.catalog.settings().items() if k.startswith("spark.")}
         spark_settings = {**logging_settings(self.home), **saved}
-        self.engine = Engine(spark_settings, self._on_progress, self._on_terminated)
-        self._stop_to: dict[str, tuple[str, str]] = {}  # name -> (state, reason) after a stop
+        self.supervisor = Supervisor(self)
+        self.engine = Engine(spark_settings, self.supervisor.progress, self.supervisor.terminated)
 
     # ------------------------------------------------------------------ lifecycle of the worker
     def resume_all(self) -> list[str]:
@@ -86,6 +88,7 @@ class Worker:
 
     def close(self, stop_spark: bool = True) -> None:
         """Stop every query gracefully (offsets stay in the checkpoints) and close the catalog."""
+        self.supervisor.close()
         for name in list(self.engine.queries):
             self._stop(name, states.STOPPED, "worker shut down")
         self.engine.close()
@@ -96,11 +99,29 @@ class Worker:
     def active(self) -> list[str]:
         return [n for n in list(self.engine.queries) if self.engine.is_active(n)]
 
-    def wait_for_once(self, names=None, timeout: float | None = None) -> None:
-        """Wait until running `run = 'once'` connectors (all, or `names`) have finished."""
-        for name, plan in list(self.engine.plans.items()):
-            if plan.run == "once" and (names is None or name in names):
-                self.engine.wait(name, timeout)
+    def wait_for_once(self, names=None) -> None:
+        """Wait until the `run = 'once'` connectors started here (all, or `names`) are done:
+        FINISHED, FAILED, PAUSED or gone; a restart in between is waited for too."""
+        busy = (states.STARTING, states.RUNNING, states.RESTARTING, states.STALLED)
+        while True:
+            waiting = [
+                n
+                for n, p in list(self.engine.plans.items())
+                if p.run == "once"
+                and (names is None or n in names)
+                and self.catalog.has_connector(n)
+                and self.catalog.get_connector(n).state in busy
+            ]
+            if not waiting:
+                return
+            self.engine.wait(waiting[0], 0.5)
+
+    def options_of(self, name: str) -> dict:
+        """A started connector's validated options (defaults filled in)."""
+        plan = self.engine.plans.get(name)
+        if plan is not None:
+            return plan.options
+        return {k: o.default for k, o in SOURCE_COMMON.items()}
 
     # ------------------------------------------------------------------ statements
     def execute(self, stmt: ast.Statement) -> Result:
@@ -175,12 +196,24 @@ class Worker:
     def _plan(self, entry: ConnectorEntry) -> Plan:
         return build_plan(entry, self._context())
 
-    def _bind_stream(self, plan: Plan) -> tuple[Plan, bool]:
-        """Record the source's schema on its stream (creating the stream when new); a stream
-        that already has a different schema is an error naming the differences. Returns the
-        plan with the resolved schema, and whether the stream was created."""
+    def check_stream_schema(self, plan: Plan):
+        """The source plan with its schema resolved, and that schema (a StructType); an error
+        naming the differences if the plan's stream already has another schema."""
         struct = self.engine.resolve_schema(plan.reader)
         plan = replace(plan, reader=replace(plan.reader, schema=schema_ddl(struct)))
+        stream = self.catalog.find_stream(plan.stream)
+        diff = schema_diff(stream.schema_json, struct) if stream and stream.schema_json else ""
+        if diff:
+            raise PlanError(
+                f"source connector '{plan.connector}' writes a different schema"
+                f" into stream '{plan.stream}': {diff}"
+            )
+        return plan, struct
+
+    def _bind_stream(self, plan: Plan) -> tuple[Plan, bool]:
+        """Record the source's schema on its stream, creating the stream when new. Returns the
+        plan with the resolved schema, and whether the stream was created."""
+        plan, struct = self.check_stream_schema(plan)
         stream = self.catalog.find_stream(plan.stream)
         if stream is None:
             self.catalog.add_stream(
@@ -195,30 +228,31 @@ class Worker:
             return plan, True
         if not stream.schema:
             self.catalog.set_stream_schema(plan.stream, plan.reader.schema, struct.json())
-            return plan, False
-        diff = schema_diff(stream.schema_json, struct)
-        if diff:
-            raise PlanError(
-                f"source connector '{plan.connector}' writes a different schema"
-                f" into stream '{plan.stream}': {diff}"
-            )
         return plan, False
 
     def _start(self, entry: ConnectorEntry, reason: str) -> None:
-        """Start an existing connector; a failure to start is its state (FAILED), not an error."""
+        """Start an existing connector. A failure to start is its state, not an error: a plan
+        that no longer holds is FAILED; anything else is retried with backoff."""
         try:
-            self._launch(entry.name, reason, self._bound_plan(entry))
+            plan = self._bound_plan(entry)
+        except ConnectQLError as e:
+            self.catalog.set_state(entry.name, states.STARTING, reason)
+            self.catalog.set_state(
+                entry.name, states.FAILED, "plan failed", error=self._scrub(str(e))
+            )
+            return
+        try:
+            self._launch(entry.name, reason, plan)
         except Exception as e:
             log.exception("starting connector %s failed", entry.name)
-            self.catalog.set_state(
-                entry.name, states.FAILED, "start failed", error=self._scrub(short_error(str(e)))
-            )
+            self.supervisor.failed(entry.name, short_error(str(e)))
 
     def _launch(self, name: str, reason: str, plan: Plan) -> None:
         self.catalog.set_state(name, states.STARTING, reason)
         if plan.kind == "sink" and plan.run == "once":
             self._wait_for_feeders(plan.stream)
         self.engine.start(plan)
+        self.supervisor.started(name)
         with self.catalog.lock:  # a once-query may have finished already
             if self.catalog.get_connector(name).state == states.STARTING:
                 self.catalog.set_state(name, states.RUNNING, "query started")
@@ -239,23 +273,13 @@ class Worker:
         self.wait_for_once(feeders)
 
     def _stop(self, name: str, state: str, reason: str) -> None:
-        self._stop_to[name] = (state, reason)
-        self.engine.stop(name)
-
-    def _on_terminated(self, name: str, error: str | None, stopped: bool) -> None:
-        if error:
-            self.catalog.set_state(
-                name, states.FAILED, "query failed", error=self._scrub(short_error(error))
-            )
-        elif stopped:
-            state, reason = self._stop_to.pop(name, (states.STOPPED, "stopped"))
-            if state != "DROPPED":
-                self.catalog.set_state(name, state, reason)
-        else:
-            self.catalog.set_state(name, states.FINISHED, "all available data processed")
-
-    def _on_progress(self, name: str, row: dict) -> None:
-        self.catalog.record_progress(name, row)
+        """Stop the connector's query (if any) and put it in `state`; cancels a pending restart."""
+        self.supervisor.forget(name)
+        if self.engine.is_active(name):
+            self.supervisor.stop_to[name] = (state, reason)
+            self.engine.stop(name)
+        elif state != "DROPPED" and self.catalog.has_connector(name):
+            self.catalog.set_state(name, state, reason)
 
     def _scrub(self, text: str) -> str:
         from connectql.catalog.redact import scrub
@@ -369,30 +393,10 @@ class Worker:
         return Result(columns=columns, rows=rows)
 
     def _do_ConnectorAction(self, s: ast.ConnectorAction) -> Result:  # noqa: N802
-        entry = self.catalog.get_connector(s.name)
-        if s.action == "pause":
-            states.check(s.name, entry.state, states.PAUSED)
-            self.catalog.execute(
-                "UPDATE connectors SET desired_state = 'paused' WHERE name = ?", [s.name]
-            )
-            if self.engine.is_active(s.name):
-                self._stop(s.name, states.PAUSED, "paused by user")
-            else:
-                self.catalog.set_state(s.name, states.PAUSED, "paused by user")
-            return Result(f"paused connector {s.name}")
-        if s.action in ("resume", "restart"):
-            if s.action == "resume" and entry.state != states.PAUSED:
-                raise states.StateError(
-                    f"connector '{s.name}' is {entry.state}: only a PAUSED connector can be resumed"
-                )
-            if self.engine.is_active(s.name):
-                self._stop(s.name, states.STOPPED, "restart requested")
-            self.catalog.execute(
-                "UPDATE connectors SET desired_state = 'running' WHERE name = ?", [s.name]
-            )
-            self._start(entry, f"{s.action}d by user")
-            return Result(f"{s.action}d connector {s.name}")
-        raise ConnectQLError(f"{s.action.replace('_', ' ').upper()} is not supported yet")
+        return lifecycle.act(self, s.action, s.name)
+
+    def _do_AlterConnector(self, s: ast.AlterConnector) -> Result:  # noqa: N802
+        return lifecycle.alter(self, s.name, s.options)
 
 
 def _is_secret(key: str) -> bool:

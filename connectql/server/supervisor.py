@@ -1,0 +1,154 @@
+"""Supervision: a failed query is restarted with capped exponential backoff until
+errors.retry.max, then FAILED; a query without progress while its source has newer data is
+STALLED. Keeps each connector's shown state the truth about its query."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from connectql.catalog import states
+from connectql.runtime.errors import short_error
+
+log = logging.getLogger("connectql.supervisor")
+
+BACKOFF_CAP_MS = 60_000
+
+
+def backoff_ms(attempt: int, base_ms: int, cap_ms: int = BACKOFF_CAP_MS) -> int:
+    """Wait before restart `attempt` (1-based): base, 2*base, 4*base, ... at most cap."""
+    return min(cap_ms, base_ms * 2 ** max(0, attempt - 1))
+
+
+class Supervisor:
+    """Reacts to query termination and progress (Spark's listener thread) and watches for
+    stalls (its own thread). `worker` provides catalog, engine, _launch, _plan_for and _scrub."""
+
+    def __init__(self, worker, poll_s: float = 1.0):
+        self.worker = worker
+        self.attempts: dict[str, int] = {}
+        self.last_data: dict[str, float] = {}  # monotonic time of the last batch with rows
+        self.lag: dict[str, int | None] = {}
+        self.timers: dict[str, threading.Timer] = {}
+        self.stop_to: dict[str, tuple[str, str]] = {}  # name -> (state, reason) after our stop
+        self._closed = threading.Event()
+        self._poll_s = poll_s
+        self._thread = threading.Thread(
+            target=self._watch, name="connectql-supervisor", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        for timer in list(self.timers.values()):
+            timer.cancel()
+        self.timers.clear()
+
+    def forget(self, name: str) -> None:
+        timer = self.timers.pop(name, None)
+        if timer:
+            timer.cancel()
+        for d in (self.attempts, self.last_data, self.lag):
+            d.pop(name, None)
+
+    # ------------------------------------------------------------------ events from Spark
+    def started(self, name: str) -> None:
+        self.last_data[name] = time.monotonic()
+
+    def progress(self, name: str, row: dict) -> None:
+        self.worker.catalog.record_progress(name, row)
+        self.attempts.pop(name, None)  # a batch completed: the failure streak is over
+        self.lag[name] = row.get("lag")
+        if row["input_rows"] > 0:
+            self.last_data[name] = time.monotonic()
+        cat = self.worker.catalog
+        with cat.lock:
+            if cat.has_connector(name) and cat.get_connector(name).state == states.STALLED:
+                cat.set_state(name, states.RUNNING, "progress resumed")
+
+    def terminated(self, name: str, error: str | None, stopped: bool) -> None:
+        cat = self.worker.catalog
+        if stopped:
+            state, reason = self.stop_to.pop(name, (states.STOPPED, "stopped"))
+            if state != "DROPPED":
+                cat.set_state(name, state, reason)
+        elif error:
+            self.failed(name, short_error(error))
+        else:
+            cat.set_state(name, states.FINISHED, "all available data processed")
+
+    # ------------------------------------------------------------------ restarts
+    def failed(self, name: str, message: str) -> None:
+        """A query died or could not start: restart it later, or give up (FAILED)."""
+        cat, message = self.worker.catalog, self.worker._scrub(message)
+        if not cat.has_connector(name):
+            return
+        options = self.worker.options_of(name)
+        attempt = self.attempts.get(name, 0) + 1
+        if attempt > options["errors.retry.max"]:
+            self.attempts.pop(name, None)
+            cat.set_state(
+                name, states.FAILED, f"gave up after {attempt - 1} restarts", error=message
+            )
+            return
+        self.attempts[name] = attempt
+        delay = backoff_ms(attempt, options["errors.retry.backoff.ms"])
+        cat.set_state(
+            name,
+            states.RESTARTING,
+            f"restart {attempt} of {options['errors.retry.max']} in {delay} ms",
+            error=message,
+        )
+        timer = threading.Timer(delay / 1000, self._restart, args=(name,))
+        timer.daemon = True
+        self.timers[name] = timer
+        timer.start()
+
+    def _restart(self, name: str) -> None:
+        self.timers.pop(name, None)
+        cat = self.worker.catalog
+        if self._closed.is_set() or not cat.has_connector(name):
+            return
+        entry = cat.get_connector(name)
+        if entry.state != states.RESTARTING or entry.desired_state != "running":
+            return
+        try:
+            self.worker._launch(
+                name, f"restart {self.attempts.get(name, 0)}", self.worker._bound_plan(entry)
+            )
+        except Exception as e:  # e.g. the external system is still down
+            log.warning("restart of %s failed: %s", name, e)
+            self.failed(name, short_error(str(e)))
+
+    # ------------------------------------------------------------------ stalls
+    def _watch(self) -> None:
+        while not self._closed.wait(self._poll_s):
+            try:
+                self.check_stalls()
+            except Exception:  # the watch must go on; the catalog may be closing
+                log.debug("stall check failed", exc_info=True)
+
+    def check_stalls(self) -> None:
+        engine, cat = self.worker.engine, self.worker.catalog
+        for name, query in list(engine.queries.items()):
+            reason = self._stall_reason(name, query)
+            if reason:
+                with cat.lock:
+                    if cat.get_connector(name).state == states.RUNNING:
+                        cat.set_state(name, states.STALLED, reason)
+
+    def _stall_reason(self, name: str, query) -> str | None:
+        timeout_ms = self.worker.options_of(name)["stall.timeout.ms"]
+        idle_ms = (time.monotonic() - self.last_data.get(name, time.monotonic())) * 1000
+        if idle_ms < timeout_ms:
+            return None
+        if self.lag.get(name):
+            return (
+                f"no rows for {idle_ms / 1000:.0f} s while the source is"
+                f" {self.lag[name]} behind its latest offset"
+            )
+        status = query.status
+        if status.get("isTriggerActive") and status.get("isDataAvailable"):
+            return f"no batch completed for {idle_ms / 1000:.0f} s: {status.get('message')}"
+        return None

@@ -1,0 +1,144 @@
+"""Supervision with a real SparkSession: restarts with backoff, FAILED when retries run out,
+RUNNING again once the cause is gone; pause and resume keep offsets; ALTER restarts."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from connectql.errors import StateError, ValidationError
+from connectql.server.supervisor import backoff_ms
+from connectql.server.worker import Worker
+from tests.helpers import read_parquet_rows, run, wait_until
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def worker(spark, home):
+    w = Worker(home)
+    yield w
+    w.close(stop_spark=False)
+
+
+def events(worker, name):
+    return worker.catalog.query(
+        "SELECT from_state, to_state, reason, error FROM connector_events"
+        " WHERE connector = ? ORDER BY time",
+        [name],
+    )[1]
+
+
+def parquet(path, sql):
+    duckdb.sql(f"COPY ({sql}) TO '{path}' (FORMAT parquet)")
+
+
+def test_backoff_doubles_and_is_capped():
+    assert [backoff_ms(a, 1000) for a in (1, 2, 3, 4)] == [1000, 2000, 4000, 8000]
+    assert backoff_ms(10, 1000) == 60_000 and backoff_ms(3, 100, cap_ms=250) == 250
+
+
+def bad_source(worker, tmp_path, retries):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    parquet(inbox / "a.parquet", "SELECT 'x' || range AS id FROM range(3)")  # id is not an INT
+    run(
+        worker,
+        f"CREATE SOURCE CONNECTOR p FROM file INTO s WITH (path = '{inbox}',"
+        f" format = parquet, schema = 'id INT', 'errors.retry.max' = {retries},"
+        f" 'errors.retry.backoff.ms' = 100)",
+    )
+    return inbox
+
+
+def test_a_source_that_always_fails_is_failed_after_the_retries(worker, tmp_path):
+    bad_source(worker, tmp_path, retries=2)
+    wait_until(
+        lambda: worker.catalog.get_connector("p").state == "FAILED",
+        timeout=120,
+        what="FAILED after 2 restarts",
+    )
+    entry = worker.catalog.get_connector("p")
+    assert entry.last_error and "\n" not in entry.last_error and len(entry.last_error) <= 500
+    to_states = [e[1] for e in events(worker, "p")]
+    assert to_states.count("RESTARTING") == 2
+    assert to_states[-1] == "FAILED"
+    assert events(worker, "p")[-1][2] == "gave up after 2 restarts"
+    assert all(e[3] for e in events(worker, "p") if e[1] == "RESTARTING")  # each attempt's error
+
+
+def test_a_source_that_fails_three_times_then_succeeds_is_running(worker, tmp_path):
+    inbox = bad_source(worker, tmp_path, retries=10)
+    wait_until(
+        lambda: [e[1] for e in events(worker, "p")].count("RESTARTING") >= 3,
+        timeout=120,
+        what="three restarts",
+    )
+    parquet(inbox / "a.parquet", "SELECT range::INT AS id FROM range(3)")  # the fix
+    wait_until(
+        lambda: read_parquet_rows(worker.home / "streams/s") == [(3, 3)],
+        timeout=120,
+        what="rows after the fix",
+    )
+    wait_until(lambda: worker.catalog.get_connector("p").state == "RUNNING", what="RUNNING")
+
+
+def test_pause_keeps_the_offset_and_resume_delivers_the_rest(worker):
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR g FROM datagen INTO s"
+        " WITH ('rows.total' = 3000, 'rows.per.second' = 1000, fields = 'id BIGINT SEQUENCE')",
+    )
+    stream = worker.home / "streams/s"
+    wait_until(lambda: (read_parquet_rows(stream) or [(0,)])[0][0] > 0, what="first rows")
+    with pytest.raises(StateError, match="connector 'g' is RUNNING: resume needs it to be PAUSED"):
+        run(worker, "RESUME CONNECTOR g")
+    run(worker, "PAUSE CONNECTOR g")
+    paused = read_parquet_rows(stream)[0][0]
+    assert worker.catalog.get_connector("g").state == "PAUSED"
+    assert not worker.engine.is_active("g")
+    run(worker, "RESUME CONNECTOR g")
+    wait_until(lambda: read_parquet_rows(stream)[0][0] >= 3000, timeout=120, what="all rows")
+    assert read_parquet_rows(stream) == [(3000, 3000)]
+    assert 0 < paused < 3000
+    to_states = [e[1] for e in events(worker, "g")]
+    assert to_states[-3:] == ["PAUSED", "STARTING", "RUNNING"]
+
+
+def test_reset_offsets_of_a_running_connector_names_its_state(worker):
+    run(worker, "CREATE SOURCE CONNECTOR g FROM datagen INTO s WITH ('rows.per.second' = 10)")
+    with pytest.raises(StateError, match="connector 'g' is RUNNING: reset offsets needs it to be"):
+        run(worker, "RESET CONNECTOR g OFFSETS")
+
+
+def test_initial_state_paused_creates_without_starting(worker):
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR g FROM datagen INTO s"
+        " WITH ('rows.total' = 100, 'initial.state' = 'paused')",
+    )
+    entry = worker.catalog.get_connector("g")
+    assert (entry.state, entry.desired_state) == ("PAUSED", "paused")
+    assert not worker.engine.is_active("g") and read_parquet_rows(worker.home / "streams/s") is None
+    run(worker, "RESUME CONNECTOR g")
+    wait_until(lambda: read_parquet_rows(worker.home / "streams/s") == [(100, 100)], what="rows")
+
+
+def test_alter_validates_and_restarts_from_the_same_checkpoint(worker):
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR g FROM datagen INTO s"
+        " WITH ('rows.total' = 4000, 'rows.per.second' = 500, fields = 'id BIGINT SEQUENCE')",
+    )
+    stream = worker.home / "streams/s"
+    wait_until(lambda: (read_parquet_rows(stream) or [(0,)])[0][0] > 0, what="first rows")
+    with pytest.raises(ValidationError, match="unknown option 'rows.per.secnd'"):
+        run(worker, "ALTER CONNECTOR g SET ('rows.per.secnd' = 5000)")
+    with pytest.raises(Exception, match="different schema"):
+        run(worker, "ALTER CONNECTOR g SET (fields = 'id INT SEQUENCE')")
+    assert worker.catalog.get_connector("g").options["rows.per.second"] == 500
+    run(worker, "ALTER CONNECTOR g SET ('rows.per.second' = 5000)")
+    assert worker.catalog.get_connector("g").options["rows.per.second"] == 5000
+    wait_until(lambda: read_parquet_rows(stream)[0][0] >= 4000, timeout=60, what="all rows")
+    assert read_parquet_rows(stream) == [(4000, 4000)]
+    assert "options altered" in [e[2] for e in events(worker, "g")]

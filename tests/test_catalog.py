@@ -27,8 +27,8 @@ def test_migrations_run_once_and_record_the_version(tmp_path):
     path = tmp_path / "c.duckdb"
     Catalog(path).close()
     again = Catalog(path)  # an existing home: no migration re-runs (it would fail on CREATE)
-    rows = again.query("SELECT version FROM schema_version")[1]
-    assert rows == [(schema.LATEST,)]
+    rows = again.query("SELECT version FROM schema_version ORDER BY 1")[1]
+    assert rows == [(v,) for v, _doc, _sql in schema.MIGRATIONS]
     again.close()
 
 
@@ -115,6 +115,9 @@ def test_progress_updates_totals_metrics_and_offsets(cat):
         "input_rows": 10,
         "input_rows_per_sec": 1.0,
         "processed_rows_per_sec": 2.0,
+        "written_rows": 8,
+        "filtered_rows": 2,
+        "dead_lettered_rows": 0,
         "end_offset": '{"seq":10}',
         "latest_offset": '{"seq":30}',
         "lag": 20,
@@ -122,6 +125,8 @@ def test_progress_updates_totals_metrics_and_offsets(cat):
     cat.record_progress("c1", row)
     cat.record_progress("c1", {**row, "batch_id": 1, "end_offset": '{"seq":20}', "lag": 10})
     assert cat.query("SELECT rows_total, lag FROM connectors")[1] == [(20, 10)]
+    counts = "SELECT rows_written, rows_filtered, rows_dead_lettered FROM connectors"
+    assert cat.query(counts)[1] == [(16, 4, 0)]
     assert cat.query("SELECT count(*) FROM connector_metrics")[1] == [(2,)]
     assert cat.query("SELECT committed_offset FROM connector_offsets")[1] == [('{"seq":20}',)]
 

@@ -49,6 +49,16 @@ def test_batch_script_moves_every_row_through_stream_and_transform(worker, tmp_p
     got = read_parquet_rows(out, "SELECT count(*), sum(double_qty) FROM t")
     assert got == expected and got[0][0] > 0
     assert read_parquet_rows(out, "SELECT min(double_qty) FROM t")[0][0] > 20
+    counts = worker.catalog.query(
+        "SELECT name, rows_total, rows_written, rows_filtered, rows_dead_lettered"
+        " FROM connectors ORDER BY name"
+    )[1]
+    assert counts == [("big", 5000, got[0][0], 5000 - got[0][0], 0), ("gen", 5000, 5000, 0, 0)]
+    per_batch = worker.catalog.query(
+        "SELECT sum(input_rows), sum(written_rows + filtered_rows + dead_lettered_rows)"
+        " FROM connector_metrics WHERE connector = 'big'"
+    )[1]
+    assert per_batch == [(5000, 5000)]
 
 
 def test_a_restarted_worker_resumes_from_the_checkpoint_without_gaps_or_duplicates(spark, home):

@@ -142,3 +142,47 @@ def test_alter_validates_and_restarts_from_the_same_checkpoint(worker):
     wait_until(lambda: read_parquet_rows(stream)[0][0] >= 4000, timeout=60, what="all rows")
     assert read_parquet_rows(stream) == [(4000, 4000)]
     assert "options altered" in [e[2] for e in events(worker, "g")]
+
+
+def test_a_connector_left_running_by_a_dead_worker_is_shown_stopped(home):
+    from connectql.catalog.store import Catalog, ConnectorEntry
+
+    cat = Catalog(home / "catalog.duckdb")
+    cat.add_connector(ConnectorEntry("g", "source", "datagen", "s", {}))
+    cat.set_state("g", "STARTING", "start")
+    cat.set_state("g", "RUNNING", "started")
+    cat.close()  # as if the worker were killed: nobody updated the state
+    w = Worker(home)
+    try:
+        entry = w.catalog.get_connector("g")
+        assert (entry.state, entry.desired_state) == ("STOPPED", "running")
+        assert events(w, "g")[-1][2] == "the previous worker stopped without shutting down"
+    finally:
+        w.close(stop_spark=False)
+
+
+def test_a_connector_without_progress_while_behind_is_stalled(worker):
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR g FROM datagen INTO s WITH ('rows.total' = 1000000,"
+        " 'rows.per.batch' = 1000, 'trigger.interval' = '1 hour', 'stall.timeout.ms' = 1500)",
+    )
+    # (a slow first batch may be STALLED as "no batch completed" before; wait for the lag rule)
+    wait_until(
+        lambda: (
+            worker.catalog.get_connector("g").state == "STALLED"
+            and events(worker, "g")[-1][2].startswith("no rows for")
+        ),
+        timeout=90,
+        what="STALLED while behind",
+    )
+    assert "999000 behind its latest offset" in events(worker, "g")[-1][2]
+    run(worker, "ALTER CONNECTOR g SET ('trigger.interval' = '100 milliseconds')")
+    wait_until(
+        lambda: (
+            worker.catalog.get_connector("g").state == "RUNNING"
+            and (read_parquet_rows(worker.home / "streams/s") or [(0,)])[0][0] > 1000
+        ),
+        timeout=60,
+        what="RUNNING again with progress",
+    )

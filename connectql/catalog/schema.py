@@ -44,7 +44,25 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ),
 ]
 
+MIGRATIONS.append(
+    (
+        2,
+        "record counts that reconcile: read = written + filtered + dead-lettered",
+        [
+            "ALTER TABLE connectors ADD COLUMN rows_written BIGINT DEFAULT 0",
+            "ALTER TABLE connectors ADD COLUMN rows_filtered BIGINT DEFAULT 0",
+            "ALTER TABLE connectors ADD COLUMN rows_dead_lettered BIGINT DEFAULT 0",
+            "ALTER TABLE connector_metrics ADD COLUMN written_rows BIGINT",
+            "ALTER TABLE connector_metrics ADD COLUMN filtered_rows BIGINT",
+            "ALTER TABLE connector_metrics ADD COLUMN dead_lettered_rows BIGINT",
+        ],
+    )
+)
+
 LATEST = MIGRATIONS[-1][0]
+
+# connector_metrics keeps this many recent batches per connector
+METRICS_RETENTION_BATCHES = 1000
 
 
 def migrate(con) -> int:

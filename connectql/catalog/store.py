@@ -213,9 +213,12 @@ class Catalog:
     # progress -----------------------------------------------------------------------------
     def record_progress(self, name: str, p: dict[str, Any]) -> None:
         """One micro-batch's progress: a metrics row, running totals and the offsets."""
+        counts = [p["input_rows"], p["written_rows"], p["filtered_rows"], p["dead_lettered_rows"]]
         with self.lock:
             self.con.execute(
-                "INSERT INTO connector_metrics VALUES (?,?,?,?,?,?,?)",
+                "INSERT INTO connector_metrics (connector, batch_id, started_at, duration_ms,"
+                " input_rows, input_rows_per_sec, processed_rows_per_sec, written_rows,"
+                " filtered_rows, dead_lettered_rows) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 [
                     name,
                     p["batch_id"],
@@ -224,17 +227,24 @@ class Catalog:
                     p["input_rows"],
                     p["input_rows_per_sec"],
                     p["processed_rows_per_sec"],
+                    *counts[1:],
                 ],
             )
             self.con.execute(
-                "UPDATE connectors SET rows_total = rows_total + ?, rows_per_sec = ?,"
-                " last_batch_at = ?, lag = ? WHERE name = ?",
-                [p["input_rows"], p["processed_rows_per_sec"], p["started_at"], p.get("lag"), name],
+                "UPDATE connectors SET rows_total = rows_total + ?, rows_written = rows_written + ?,"
+                " rows_filtered = rows_filtered + ?, rows_dead_lettered = rows_dead_lettered + ?,"
+                " rows_per_sec = ?, last_batch_at = ?, lag = ? WHERE name = ?",
+                [*counts, p["processed_rows_per_sec"], p["started_at"], p.get("lag"), name],
             )
             if p.get("end_offset") is not None:
                 self.con.execute(
                     "INSERT OR REPLACE INTO connector_offsets VALUES (?,?,?,?)",
                     [name, p["end_offset"], p.get("latest_offset"), now()],
+                )
+            if p["batch_id"] % 100 == 0:
+                self.con.execute(
+                    "DELETE FROM connector_metrics WHERE connector = ? AND batch_id < ?",
+                    [name, p["batch_id"] - schema.METRICS_RETENTION_BATCHES],
                 )
 
     # streams ------------------------------------------------------------------------------

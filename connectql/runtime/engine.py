@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.types import StructType
 
@@ -21,6 +22,8 @@ from connectql.runtime.errors import short_error
 from connectql.runtime.session import get_session
 
 log = logging.getLogger("connectql.runtime")
+
+OBSERVED = "connectql"  # the observed metrics of every query: rows that reach its writer
 
 
 def lag(end: str | None, latest: str | None, field: str | None) -> int | None:
@@ -43,6 +46,8 @@ def progress_row(p, lag_field: str | None) -> dict[str, Any]:
     end, latest = (
         (_offset_json(src.endOffset), _offset_json(src.latestOffset)) if src else (None, None)
     )
+    observed = (p.observedMetrics or {}).get(OBSERVED)
+    written = int(observed["written"]) if observed is not None else int(p.numInputRows)
     return {
         "batch_id": p.batchId,
         "started_at": datetime.fromisoformat(p.timestamp.replace("Z", "+00:00"))
@@ -52,6 +57,9 @@ def progress_row(p, lag_field: str | None) -> dict[str, Any]:
         "input_rows": int(p.numInputRows),
         "input_rows_per_sec": float(p.inputRowsPerSecond or 0.0),
         "processed_rows_per_sec": float(p.processedRowsPerSecond or 0.0),
+        "written_rows": written,
+        "filtered_rows": max(0, int(p.numInputRows) - written),
+        "dead_lettered_rows": 0,
         "end_offset": end,
         "latest_offset": latest,
         "lag": lag(end, latest, lag_field),
@@ -117,6 +125,7 @@ class Engine:
             df = df.selectExpr(*plan.transform.projections)
             if plan.transform.where:
                 df = df.where(plan.transform.where)
+        df = df.observe(OBSERVED, F.count(F.lit(1)).alias("written"))
         w = plan.writer
         writer = (
             df.writeStream.format(w.format)

@@ -73,18 +73,27 @@ class Worker:
         self.secrets = SecretStore(self.home / "secrets.json")
         saved = {k: v for k, v in self.catalog.settings().items() if k.startswith("spark.")}
         spark_settings = {**logging_settings(self.home), **saved}
+        self._recover_states()
         self.supervisor = Supervisor(self)
         self.engine = Engine(spark_settings, self.supervisor.progress, self.supervisor.terminated)
 
     # ------------------------------------------------------------------ lifecycle of the worker
+    def _recover_states(self) -> None:
+        """This worker holds the catalog's lock, so no other worker is alive: a connector shown
+        as active was left so by a worker that died (kill -9, power loss). Say so."""
+        for e in self.catalog.connectors():
+            if e.state in (states.STARTING, states.RUNNING, states.RESTARTING, states.STALLED):
+                self.catalog.set_state(
+                    e.name, states.STOPPED, "the previous worker stopped without shutting down"
+                )
+
     def resume_all(self) -> list[str]:
-        """Start every connector whose desired state is running, from its checkpoint."""
-        started = []
+        """Start every connector whose desired state is running, from its checkpoint; returns
+        the names of those whose query is running now."""
         for e in self.catalog.connectors():
             if e.desired_state == "running" and e.state not in (states.FINISHED, states.PAUSED):
                 self._start(e, "worker started")
-                started.append(e.name)
-        return started
+        return [n for n in self.engine.queries if self.engine.is_active(n)]
 
     def close(self, stop_spark: bool = True) -> None:
         """Stop every query gracefully (offsets stay in the checkpoints) and close the catalog."""
@@ -97,7 +106,9 @@ class Worker:
             stop_session()
 
     def active(self) -> list[str]:
-        return [n for n in list(self.engine.queries) if self.engine.is_active(n)]
+        """Connectors with a running query or a restart pending."""
+        running = [n for n in list(self.engine.queries) if self.engine.is_active(n)]
+        return running + [n for n in list(self.supervisor.timers) if n not in running]
 
     def wait_for_once(self, names=None) -> None:
         """Wait until the `run = 'once'` connectors started here (all, or `names`) are done:

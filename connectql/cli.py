@@ -18,9 +18,18 @@ console = Console()
 err_console = Console(stderr=True)
 
 STATUS_SQL = (
-    "SELECT name, kind, type, state, rows_total, round(rows_per_sec, 1) AS rows_per_sec,"
+    "SELECT name, kind, type, state, round(rows_per_sec, 1) AS rows_per_sec, rows_total,"
     " lag, last_error FROM connectors ORDER BY name"
 )
+STATE_STYLE = {
+    "RUNNING": "green",
+    "FINISHED": "blue",
+    "FAILED": "bold red",
+    "STALLED": "yellow",
+    "RESTARTING": "yellow",
+    "PAUSED": "dim",
+    "STOPPED": "dim",
+}
 
 
 def render(result) -> None:
@@ -36,15 +45,28 @@ def render(result) -> None:
 
 
 def status_table(worker) -> Table:
+    """The connectors as a table, with a progress bar where the work is bounded."""
     cols, rows = worker.catalog.query(STATUS_SQL)
     table = Table(
         title=f"connectors — {time.strftime('%H:%M:%S')} — Ctrl-C stops", title_justify="left"
     )
-    for col in cols:
+    for col in [*cols[:5], "progress", *cols[5:]]:
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        name, state, done = row[0], row[3], row[5] or 0
+        cells = ["" if v is None else str(v) for v in row]
+        cells[3] = f"[{STATE_STYLE.get(state, '')}]{state}[/]" if STATE_STYLE.get(state) else state
+        table.add_row(*cells[:5], _progress(worker, name, done), *cells[5:])
     return table
+
+
+def _progress(worker, name: str, done: int, width: int = 16) -> str:
+    plan = worker.engine.plans.get(name)
+    total = plan.reader.total_rows if plan else None
+    if not total:
+        return ""
+    filled = min(done, total) * width // total
+    return f"{'█' * filled}{'░' * (width - filled)} {100 * min(done, total) / total:3.0f}%"
 
 
 def _run_statements(worker, text: str, source: str) -> None:
@@ -56,8 +78,9 @@ def _watch(worker) -> None:
     """Live status until Ctrl-C (continuous connectors) or until nothing runs any more."""
     with Live(status_table(worker), console=console, refresh_per_second=2) as live:
         while worker.active():
-            time.sleep(1)
+            time.sleep(0.5)
             live.update(status_table(worker))
+        live.update(status_table(worker))
 
 
 def cmd_run(args) -> int:
@@ -72,8 +95,7 @@ def cmd_run(args) -> int:
         if resumed:
             console.print(f"[dim]resumed from checkpoints: {', '.join(resumed)}[/dim]")
         _run_statements(worker, path.read_text(), str(path))
-        worker.wait_for_once()
-        if worker.active():
+        if worker.active():  # runs until once-connectors finish, or until Ctrl-C
             _watch(worker)
     except KeyboardInterrupt:
         console.print("[yellow]stopping: queries stop gracefully, offsets are kept[/yellow]")

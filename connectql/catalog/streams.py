@@ -1,9 +1,12 @@
-"""A stream's committed files, read from the Spark file sink's `_spark_metadata` log (a glob
-would also see the 0-byte part files a killed batch leaves behind)."""
+"""A stream's `_spark_metadata` log, in the format of Spark's file sink: reading the committed
+files (a glob would also see the 0-byte part files a killed batch leaves behind) and appending
+new ones."""
 
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -20,23 +23,27 @@ def _log_files(meta: Path) -> list[Path]:
     return [f for b, compact, f in batches if b > last_compact or (b == last_compact and compact)]
 
 
-def committed_files(stream_path: str | Path) -> list[str]:
-    """Local paths of the data files the stream's writers have committed."""
+def committed_entries(stream_path: str | Path) -> list[dict]:
+    """The log entries (Spark's SinkFileStatus JSON) of the files committed to a stream."""
     meta = Path(stream_path) / "_spark_metadata"
     if not meta.is_dir():
         return []
-    files: dict[str, None] = {}
+    files: dict[str, dict] = {}
     for log in _log_files(meta):
         for line in log.read_text().splitlines()[1:]:  # first line is the log version
             if not line.strip():
                 continue
             entry = json.loads(line)
-            path = unquote(urlparse(entry["path"]).path)
             if entry.get("action", "add") == "add":
-                files[path] = None
+                files[entry["path"]] = entry
             else:
-                files.pop(path, None)
-    return list(files)
+                files.pop(entry["path"], None)
+    return list(files.values())
+
+
+def committed_files(stream_path: str | Path) -> list[str]:
+    """Local paths of the data files the stream's writers have committed."""
+    return [unquote(urlparse(e["path"]).path) for e in committed_entries(stream_path)]
 
 
 _DUCK_TYPES = {
@@ -66,3 +73,54 @@ def empty_relation(schema_json: str | None) -> str:
     fields = json.loads(schema_json)["fields"] if schema_json else []
     cols = ", ".join(f'CAST(NULL AS {duck_type(f["type"])}) AS "{f["name"]}"' for f in fields)
     return f"SELECT {cols or 'NULL AS none'} WHERE false"
+
+
+# Spark's file-sink log reader expects every 10th batch file as `N.compact` holding all entries.
+COMPACT_INTERVAL = 10
+_append_lock = threading.Lock()
+
+
+def _entry(path: Path) -> dict:
+    st = path.stat()
+    return {
+        "path": path.resolve().as_uri(),
+        "size": st.st_size,
+        "isDir": False,
+        "modificationTime": int(st.st_mtime * 1000),
+        "blockReplication": 1,
+        "blockSize": 33554432,
+        "action": "add",
+    }
+
+
+def _latest_batch(meta: Path) -> int:
+    ids = [
+        int(f.name.removesuffix(".compact"))
+        for f in meta.iterdir()
+        if f.name.removesuffix(".compact").isdigit()
+    ]
+    return max(ids, default=-1)
+
+
+def append_files(stream_path: str | Path, files: list[Path]) -> int:
+    """Commit data files to a stream: one new entry in its `_spark_metadata` log, created
+    atomically (link, never overwrite), so several writers can share a stream. Returns the
+    log batch id used."""
+    meta = Path(stream_path) / "_spark_metadata"
+    meta.mkdir(parents=True, exist_ok=True)
+    new = [_entry(f) for f in files]
+    with _append_lock:
+        while True:
+            n = _latest_batch(meta) + 1
+            compact = (n + 1) % COMPACT_INTERVAL == 0
+            body = committed_entries(stream_path) + new if compact else new
+            name = f"{n}.compact" if compact else str(n)
+            tmp = meta / f".{name}.{os.getpid()}.tmp"
+            tmp.write_text("v1\n" + "\n".join(json.dumps(e) for e in body))
+            try:
+                os.link(tmp, meta / name)
+                return n
+            except FileExistsError:  # another writer took this id: take the next
+                continue
+            finally:
+                tmp.unlink()

@@ -20,6 +20,7 @@ class ReaderSpec:
     lag_field: str | None = None  # numeric key of the offset dict whose latest - end is the lag
     total_rows: int | None = None  # known size of bounded work (for progress bars)
     secret_options: tuple[str, ...] = ()  # option names whose values must never be shown
+    corrupt_column: str | None = None  # column holding the raw text of a record that did not parse
 
 
 @dataclass(frozen=True)

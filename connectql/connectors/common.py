@@ -29,6 +29,19 @@ SOURCE_COMMON = {
             doc="'continuous', or 'once': process what is there now, then stop (batch)",
         ),
         Option(
+            "errors.tolerance",
+            "enum",
+            "none",
+            choices=("none", "all"),
+            doc="'none': a bad record fails the connector; 'all': it goes to the dead-letter"
+            " stream and the connector goes on",
+        ),
+        Option(
+            "errors.deadletter.stream",
+            doc="stream that receives bad records (with connector, stage, source offset, error"
+            " and the raw record); needed with errors.tolerance = 'all'",
+        ),
+        Option(
             "errors.retry.max",
             "int",
             10,

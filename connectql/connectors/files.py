@@ -9,6 +9,8 @@ from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
 from connectql.connectors.options import Option
 
+CORRUPT_COLUMN = "_corrupt_record"
+
 SOURCE_OPTIONS = {
     **SOURCE_COMMON,
     **{
@@ -66,10 +68,19 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
     if fmt == "csv":
         # Spark turns "" into NULL unless nullValue is a marker that never occurs (NOTES.md).
         spark_opts.update(header=str(opts["header"]).lower(), nullValue="\u0000")
+    corrupt = None
+    if fmt in ("csv", "json"):
+        if opts["errors.tolerance"] == "all":
+            corrupt = CORRUPT_COLUMN
+            spark_opts.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT_COLUMN)
+        else:
+            spark_opts["mode"] = "FAILFAST"
     if opts.get("files.max.per.trigger"):
         spark_opts["maxFilesPerTrigger"] = str(opts["files.max.per.trigger"])
     schema = "value STRING" if fmt == "text" else opts.get("schema")
-    return ReaderSpec(format=fmt, options=spark_opts, path=opts["path"], schema=schema)
+    return ReaderSpec(
+        format=fmt, options=spark_opts, path=opts["path"], schema=schema, corrupt_column=corrupt
+    )
 
 
 def plan_sink(opts: dict[str, Any]) -> WriterSpec:

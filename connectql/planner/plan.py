@@ -16,7 +16,8 @@ from connectql.errors import PlanError
 from connectql.planner.resolve import resolve
 from connectql.planner.transform import Transform, compile_select
 
-STREAM_FORMAT = "parquet"
+STREAM_FORMAT = "parquet"  # how sinks read a stream (Spark's file source)
+STREAM_WRITER = "connectql_stream"  # how sources write one (runtime/streamwriter.py)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Plan:
     initial_state: str
     transform: Transform | None = None
     options: dict[str, Any] = field(default_factory=dict)  # validated, unresolved
+    deadletter: str | None = None  # stream receiving bad records (errors.tolerance = 'all')
+    deadletter_path: str | None = None
 
     def describe(self) -> list[tuple[str, str]]:
         """The plan as (step, detail) rows with secret values masked, for EXPLAIN."""
@@ -63,6 +66,8 @@ class Plan:
             ("trigger", trigger),
             ("tasks", str(self.tasks)),
         ]
+        if self.deadletter:
+            rows.append(("dead letters", f"bad records to stream {self.deadletter}"))
         return rows
 
 
@@ -130,11 +135,12 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
     resolved = resolve(options, ctx.secrets)
     if entry.kind == "source":
         reader, transform = plugin.plan_source(resolved), None
-        writer = WriterSpec(STREAM_FORMAT, path=ctx.stream_path(stream))
+        writer = WriterSpec(STREAM_WRITER, path=ctx.stream_path(stream))
     else:
         reader, transform = _stream_reader(stream, entry, ctx)
         writer = plugin.plan_sink(resolved)
     interval = options.get("trigger.interval")
+    deadletter = _deadletter(options, stream, where)
     return Plan(
         connector=entry.name,
         kind=entry.kind,
@@ -148,8 +154,22 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
         tasks=options["tasks.max"],
         initial_state=options["initial.state"],
         transform=transform,
+        deadletter=deadletter,
+        deadletter_path=ctx.stream_path(deadletter) if deadletter else None,
         options=options,
     )
+
+
+def _deadletter(options: dict[str, Any], stream: str, where: str) -> str | None:
+    name = options.get("errors.deadletter.stream")
+    if options["errors.tolerance"] == "all" and not name:
+        raise PlanError(
+            f"{where}: errors.tolerance = 'all' needs errors.deadletter.stream,"
+            " the stream that receives the bad records"
+        )
+    if name and name == stream:
+        raise PlanError(f"{where}: the dead-letter stream must not be the connector's stream")
+    return name if options["errors.tolerance"] == "all" else None
 
 
 def _stream_reader(stream: str, entry: ConnectorEntry, ctx: PlanContext):

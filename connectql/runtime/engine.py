@@ -3,6 +3,7 @@ termination through a StreamingQueryListener."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -17,9 +18,11 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors.base import ReaderSpec
 from connectql.errors import PlanError
-from connectql.planner.plan import Plan
+from connectql.planner.plan import STREAM_WRITER, Plan
+from connectql.runtime import deadletters
 from connectql.runtime.errors import short_error
 from connectql.runtime.session import get_session
+from connectql.runtime.streamwriter import StreamWriter, writer_id
 
 log = logging.getLogger("connectql.runtime")
 
@@ -41,13 +44,14 @@ def _offset_json(text: str | None) -> str | None:
     return text if text and text.lstrip().startswith(("{", "[")) else None
 
 
-def progress_row(p, lag_field: str | None) -> dict[str, Any]:
+def progress_row(p, lag_field: str | None, dead_lettered: int = 0) -> dict[str, Any]:
     src = p.sources[0] if p.sources else None
     end, latest = (
         (_offset_json(src.endOffset), _offset_json(src.latestOffset)) if src else (None, None)
     )
     observed = (p.observedMetrics or {}).get(OBSERVED)
-    written = int(observed["written"]) if observed is not None else int(p.numInputRows)
+    seen = int(observed["written"]) if observed is not None else int(p.numInputRows)
+    written = seen - dead_lettered
     return {
         "batch_id": p.batchId,
         "started_at": datetime.fromisoformat(p.timestamp.replace("Z", "+00:00"))
@@ -58,8 +62,8 @@ def progress_row(p, lag_field: str | None) -> dict[str, Any]:
         "input_rows_per_sec": float(p.inputRowsPerSecond or 0.0),
         "processed_rows_per_sec": float(p.processedRowsPerSecond or 0.0),
         "written_rows": written,
-        "filtered_rows": max(0, int(p.numInputRows) - written),
-        "dead_lettered_rows": 0,
+        "filtered_rows": max(0, int(p.numInputRows) - seen),
+        "dead_lettered_rows": dead_lettered,
         "end_offset": end,
         "latest_offset": latest,
         "lag": lag(end, latest, lag_field),
@@ -78,6 +82,7 @@ class Engine:
         self.finished: dict[str, threading.Event] = {}
         self._by_id: dict[str, str] = {}
         self._stopping: set[str] = set()
+        self._dead: dict[tuple[str, int], int] = {}  # (connector, batch) -> rows dead-lettered
         self._reported: dict[str, int] = {}  # query run id -> last batch id reported
         self._spark = None
         self._lock = threading.RLock()
@@ -106,12 +111,9 @@ class Engine:
             if reader.schema:
                 self.spark  # noqa: B018 (parsing DDL needs the JVM)
                 return StructType.fromDDL(reader.schema)
-            return (
-                self.spark.read.format(reader.format)
-                .options(**reader.options)
-                .load(reader.path)
-                .schema
-            )
+            found = self.spark.read.format(reader.format).options(**reader.options)
+            fields = found.load(reader.path).schema.fields
+            return StructType([f for f in fields if f.name != reader.corrupt_column])
         except PySparkException as e:
             raise PlanError(
                 f"cannot determine the schema of {reader.format} data"
@@ -127,16 +129,12 @@ class Engine:
             if plan.transform.where:
                 df = df.where(plan.transform.where)
         df = df.observe(OBSERVED, F.count(F.lit(1)).alias("written"))
-        w = plan.writer
         writer = (
-            df.writeStream.format(w.format)
-            .options(**w.options)
+            self._to_writer(df, plan)
             .option("checkpointLocation", plan.checkpoint)
             .queryName(plan.connector)
             .outputMode("append")
         )
-        if w.path:
-            writer = writer.option("path", w.path)
         if plan.run == "once":
             writer = writer.trigger(availableNow=True)
         elif plan.interval_ms:
@@ -144,17 +142,31 @@ class Engine:
         with self._lock:
             self.finished[plan.connector] = threading.Event()
             self.plans[plan.connector] = plan
-            spark.sparkContext.setLocalProperty("spark.scheduler.pool", plan.connector)
             query = writer.start()
             self.queries[plan.connector] = query
             self._by_id[str(query.id)] = plan.connector
+
+    def _to_writer(self, df, plan: Plan):
+        w = plan.writer
+        if w.format == STREAM_WRITER:
+            on_batch = functools.partial(self._stream_batch, plan)
+            sink = StreamWriter(writer_id(plan.checkpoint), deadletters.outputs(plan), on_batch)
+            return df.writeStream.foreachBatch(sink)
+        writer = df.writeStream.format(w.format).options(**w.options)
+        return writer.option("path", w.path) if w.path else writer
+
+    def _stream_batch(self, plan: Plan, batch_id: int, rows: dict[str, int]) -> None:
+        if plan.deadletter_path:
+            self._dead[(plan.connector, batch_id)] = rows.get(plan.deadletter_path, 0)
 
     def _read(self, spark, plan: Plan):
         r = plan.reader
         reader = spark.readStream.format(r.format).options(**r.options)
         if r.schema:
-            reader = reader.schema(r.schema)
-        return reader.load(r.path) if r.path else reader.load()
+            extra = f", `{r.corrupt_column}` STRING" if r.corrupt_column else ""
+            reader = reader.schema(r.schema + extra)
+        df = reader.load(r.path) if r.path else reader.load()
+        return deadletters.with_file_column(df) if r.corrupt_column else df
 
     def stop(self, name: str) -> None:
         """Stop a query gracefully: the running batch ends, offsets stay in the checkpoint."""
@@ -164,7 +176,9 @@ class Engine:
                 return
             self._stopping.add(name)
         query.stop()
-        self.finished[name].wait(60)
+        # report the end here: the listener's report can be minutes behind with many queries
+        self._flush_progress(query)
+        self._terminated(str(query.id), None)
 
     def stop_all(self) -> None:
         for name in list(self.queries):
@@ -219,7 +233,8 @@ class Engine:
             if p.batchId <= self._reported.get(run, -1):
                 return
             self._reported[run] = p.batchId
-        self.on_progress(name, progress_row(p, plan.reader.lag_field))
+        dead = self._dead.pop((name, p.batchId), 0)
+        self.on_progress(name, progress_row(p, plan.reader.lag_field, dead))
 
     def _flush_progress(self, query) -> None:
         for p in query.recentProgress:

@@ -11,11 +11,32 @@ _JAVA_ERROR = re.compile(
 _CONDITION = re.compile(r"\[([A-Z_]+(?:\.[A-Z_]+)*)\]")
 
 
+_SPARK_LINE = re.compile(
+    r"^(?:.*?([\w$]+(?:Exception|Error)): )?(\[[A-Z_.]+\] .+?)(?:\s+SQLSTATE.*)?$", re.MULTILINE
+)
+_CAUSE = re.compile(r"^Caused by: [\w.$]*?([\w$]+(?:Exception|Error)): (.+)$", re.MULTILINE)
+
+
+def _spark_condition(text: str) -> str | None:
+    """`Class: [CONDITION] message` from Spark's error text, with its deepest cause."""
+    m = _SPARK_LINE.search(text)
+    if not m:
+        return None
+    line = f"{m.group(1)}: {m.group(2)}" if m.group(1) else m.group(2)
+    causes = _CAUSE.findall(text)
+    if causes:
+        line += f"; caused by {causes[-1][0]}: {causes[-1][1].strip()}"
+    return line
+
+
 def short_error(text: str | None, limit: int = 500) -> str:
     """The most specific line of a Spark/Python error: the last Python exception line when the
     text carries a Python traceback, else the first line with Spark's error condition."""
     if not text:
         return ""
+    spark = _spark_condition(text)
+    if spark:
+        return spark[:limit]
     if "Traceback (most recent call last)" in text:
         found = [m for m in _PY_ERROR.finditer(text) if "Traceback" not in m.group(0)]
         python = [m for m in found if "py4j" not in m.group(1).lower()]

@@ -13,10 +13,12 @@ from connectql.catalog import states
 from connectql.catalog.query import run_select
 from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
+from connectql.connectors.base import ReaderSpec
 from connectql.connectors.common import SOURCE_COMMON
 from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.grammar import ast
 from connectql.planner.plan import Plan, PlanContext, build_plan
+from connectql.runtime.deadletters import DEADLETTER_DDL
 from connectql.runtime.engine import Engine
 from connectql.runtime.errors import short_error
 from connectql.runtime.session import logging_settings, stop_session
@@ -171,7 +173,7 @@ class Worker:
                 return Result(f"connector {entry.name} exists; left as it is")
             raise CatalogError(f"connector '{entry.name}' already exists")
         plan = self._plan(entry)
-        plan, created_stream = self._bind_stream(plan) if entry.kind == "source" else (plan, False)
+        plan, created_streams = self._bind_stream(plan) if entry.kind == "source" else (plan, [])
         entry = replace(entry, type=plan.type, stream=plan.stream, tasks=plan.tasks)
         try:
             self.catalog.add_connector(entry)
@@ -182,7 +184,7 @@ class Worker:
                 return Result(f"created {entry.kind} connector {entry.name} (paused)")
             self._launch(entry.name, "created", plan)
         except Exception as e:  # a creation that fails changes nothing
-            self._undo_create(entry.name, plan, created_stream)
+            self._undo_create(entry.name, plan, created_streams)
             if isinstance(e, ConnectQLError):
                 raise
             raise ConnectQLError(
@@ -190,16 +192,16 @@ class Worker:
             ) from None
         return Result(f"created {entry.kind} connector {entry.name}")
 
-    def _undo_create(self, name: str, plan: Plan, created_stream: bool) -> None:
+    def _undo_create(self, name: str, plan: Plan, created_streams: list[str]) -> None:
         if self.engine.is_active(name):
             self._stop(name, "DROPPED", "creation failed")
         self.engine.plans.pop(name, None)
         shutil.rmtree(plan.checkpoint, ignore_errors=True)
         if self.catalog.has_connector(name):
             self.catalog.remove_connector(name, "creation failed")
-        if created_stream:
-            self.catalog.remove_stream(plan.stream)
-            shutil.rmtree(plan.writer.path, ignore_errors=True)
+        for stream in created_streams:
+            shutil.rmtree(self.catalog.get_stream(stream).path, ignore_errors=True)
+            self.catalog.remove_stream(stream)
 
     def _context(self) -> PlanContext:
         return PlanContext(self.home, {s.name: s for s in self.catalog.streams()}, self.secrets)
@@ -212,34 +214,41 @@ class Worker:
         naming the differences if the plan's stream already has another schema."""
         struct = self.engine.resolve_schema(plan.reader)
         plan = replace(plan, reader=replace(plan.reader, schema=schema_ddl(struct)))
-        stream = self.catalog.find_stream(plan.stream)
+        self._check_schema(plan.stream, struct, plan.connector)
+        return plan, struct
+
+    def _check_schema(self, stream_name: str, struct, connector: str) -> None:
+        stream = self.catalog.find_stream(stream_name)
         diff = schema_diff(stream.schema_json, struct) if stream and stream.schema_json else ""
         if diff:
             raise PlanError(
-                f"source connector '{plan.connector}' writes a different schema"
-                f" into stream '{plan.stream}': {diff}"
+                f"source connector '{connector}' writes a different schema"
+                f" into stream '{stream_name}': {diff}"
             )
-        return plan, struct
 
-    def _bind_stream(self, plan: Plan) -> tuple[Plan, bool]:
-        """Record the source's schema on its stream, creating the stream when new. Returns the
-        plan with the resolved schema, and whether the stream was created."""
+    def _bind_stream(self, plan: Plan) -> tuple[Plan, list[str]]:
+        """Record the source's schema on its stream (and the dead-letter schema on its
+        dead-letter stream), creating streams that are new. Returns the plan with the resolved
+        schema, and the names of the streams created."""
         plan, struct = self.check_stream_schema(plan)
-        stream = self.catalog.find_stream(plan.stream)
+        created = self._register(plan.stream, plan.writer.path, struct, plan.connector)
+        if plan.deadletter:
+            dead = self.engine.resolve_schema(ReaderSpec("parquet", schema=DEADLETTER_DDL))
+            self._check_schema(plan.deadletter, dead, plan.connector)
+            created += self._register(plan.deadletter, plan.deadletter_path, dead, plan.connector)
+        return plan, created
+
+    def _register(self, name: str, path: str, struct, connector: str) -> list[str]:
+        stream = self.catalog.find_stream(name)
         if stream is None:
+            (Path(path) / "_spark_metadata").mkdir(parents=True, exist_ok=True)
             self.catalog.add_stream(
-                StreamEntry(
-                    plan.stream,
-                    plan.writer.path,
-                    plan.reader.schema,
-                    struct.json(),
-                    created_by=plan.connector,
-                )
+                StreamEntry(name, path, schema_ddl(struct), struct.json(), created_by=connector)
             )
-            return plan, True
+            return [name]
         if not stream.schema:
-            self.catalog.set_stream_schema(plan.stream, plan.reader.schema, struct.json())
-        return plan, False
+            self.catalog.set_stream_schema(name, schema_ddl(struct), struct.json())
+        return []
 
     def _start(self, entry: ConnectorEntry, reason: str) -> None:
         """Start an existing connector. A failure to start is its state, not an error: a plan
@@ -368,7 +377,11 @@ class Worker:
             if s.if_exists:
                 return Result(f"no stream {s.name}; nothing dropped")
             self.catalog.get_stream(s.name)
-        users = [e.name for e in self.catalog.connectors() if e.stream == s.name]
+        users = [
+            e.name
+            for e in self.catalog.connectors()
+            if s.name in (e.stream, e.options.get("errors.deadletter.stream"))
+        ]
         if users:
             raise CatalogError(
                 f"stream '{s.name}' is used by connectors {', '.join(users)}: drop them first"

@@ -1,0 +1,84 @@
+"""Writing a source's micro-batches into streams exactly once, from Spark's foreachBatch.
+
+Each batch's files are staged, moved into the stream under names that carry the writer's id
+and the batch id, then committed by one atomic entry in the stream's `_spark_metadata` log;
+a replayed batch whose files are already committed is skipped. Unlike Spark's file sink, many
+connectors can write one stream, and one batch can feed two streams (rows and dead letters)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from connectql.catalog.streams import append_files, committed_files
+
+
+def writer_id(checkpoint: str | Path) -> str:
+    """A stable id for one checkpoint's writes (a new checkpoint, e.g. after DROP and CREATE,
+    gets a new one, so its batch ids never collide with the old ones)."""
+    path = Path(checkpoint) / "connectql-writer-id"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(uuid.uuid4().hex[:12])
+    return path.read_text().strip()
+
+
+@dataclass(frozen=True)
+class Output:
+    """One stream a batch feeds: `select(batch_df)` gives the rows it gets."""
+
+    path: str
+    select: Callable
+
+
+class StreamWriter:
+    """The foreachBatch function of a source connector."""
+
+    def __init__(self, wid: str, outputs: list[Output], on_batch: Callable | None = None):
+        self.wid, self.outputs, self.on_batch = wid, outputs, on_batch
+        for o in outputs:  # an empty log: readers see an existing, empty stream
+            (Path(o.path) / "_spark_metadata").mkdir(parents=True, exist_ok=True)
+        self._done = {o.path: self._committed(o.path) for o in outputs}
+
+    def _committed(self, stream_path: str) -> set[int]:
+        pattern = re.compile(rf"^{self.wid}-b(\d+)-")
+        return {
+            int(m.group(1))
+            for f in committed_files(stream_path)
+            if (m := pattern.match(Path(f).name))
+        }
+
+    def __call__(self, df, batch_id: int) -> None:
+        todo = [o for o in self.outputs if batch_id not in self._done[o.path]]
+        cached = len(todo) > 1
+        if cached:
+            df = df.persist()
+        try:
+            counts = [self._write(o, o.select(df), batch_id) for o in todo]
+        finally:
+            if cached:
+                df.unpersist()
+        if self.on_batch:
+            self.on_batch(batch_id, dict(zip([o.path for o in todo], counts, strict=True)))
+
+    def _write(self, out: Output, df, batch_id: int) -> int:
+        """Write and commit one output; returns the rows committed."""
+        stream = Path(out.path)
+        staging = stream / "_staging" / f"{self.wid}-b{batch_id}"
+        df.write.mode("overwrite").parquet(str(staging))
+        files = []
+        for i, part in enumerate(sorted(staging.glob("part-*.parquet"))):
+            target = stream / f"{self.wid}-b{batch_id}-{i}.parquet"
+            part.replace(target)
+            files.append(target)
+        if files:
+            append_files(stream, files)
+        self._done[out.path].add(batch_id)
+        shutil.rmtree(staging, ignore_errors=True)
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in files)

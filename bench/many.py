@@ -1,6 +1,7 @@
 """Many connectors bench: N datagen sources and N file sinks at once in one worker.
 
-    .venv/bin/python -m bench.many [--pairs 10] [--seconds 60] [--baseline-seconds 20]
+    .venv/bin/python -m bench.many [--pairs 10] [--seconds 60] [--baseline-seconds 20] [--settle 10]
+        [--set KEY=VALUE ...] [--interval '1 second'] [--keep]
 
 Shows that 2*N continuous connectors run together in one `connectql run` worker on this small
 machine (all reach RUNNING and move data) and what each costs in memory.
@@ -16,8 +17,11 @@ machine (all reach RUNNING and move data) and what each costs in memory.
    sink directory (out_i), from the `_spark_metadata` log (connectql.catalog.streams.
    committed_files) with the row count of each newly committed file from its Parquet footer
    (DuckDB parquet_file_metadata). A connector is "moving" once its directory holds a committed
-   row. The measurement window starts when all 2*N are moving and lasts --seconds (the baseline:
-   --baseline-seconds); rows/s per connector = rows committed in the window / its length.
+   row. The measurement window starts --settle seconds after all 2*N are moving (the first
+   batches are slow, ~10-20 s: the backlog they leave is caught up by then), or
+   START_TIMEOUT_S after launch if they are not all moving by then, and lasts --seconds
+   (the baseline: --baseline-seconds); rows/s per connector = rows committed in the window / its
+   length, to compare with the 200 rows/s each source generates.
 3. Memory, sampled at the same time: the PSS (/proc/PID/smaps_rollup; RSS where it is missing)
    of every process of the worker's session (start_new_session, so the session id is the
    worker's pid; descendants that left the session are added by walking parent pids), split
@@ -29,10 +33,15 @@ machine (all reach RUNNING and move data) and what each costs in memory.
 4. After the window the worker gets SIGINT (Ctrl-C: queries stop gracefully), up to STOP_TIMEOUT_S;
    whatever is left of its session is then killed. The catalog, free again, gives each
    connector's final state, rows_total and last_error, and connector_events the state history:
-   when each reached RUNNING, the state it was in when the worker shut down, and how many
-   RESTARTING / FAILED / STALLED events there were (a CANNOT_OPEN_SOCKET failure at start is
-   retried by the supervisor: each retry is a RESTARTING event).
-5. Tables: per connector, memory per run, and a summary.
+   when each reached RUNNING, its state when the SIGINT was sent, and how many RESTARTING /
+   FAILED / STALLED events there were before it (a CANNOT_OPEN_SOCKET failure at start is
+   retried by the supervisor: each retry is a RESTARTING event) and from it on (the stop itself).
+   A connector is OK when it reached RUNNING, was RUNNING at the SIGINT and committed rows.
+5. Tables: per connector, memory per run, and a summary, which also compares the sources'
+   rows_total in the catalog (from the progress listener) with their committed rows, and says
+   whether Spark's `streams` listener queue overflowed (spark.log), which loses progress events.
+--set KEY=VALUE adds `SET key = 'value';` at the top of both scripts and --interval gives every
+connector a 'trigger.interval': to try scheduler settings against the same yardstick.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -59,18 +69,20 @@ from connectql.catalog.streams import committed_files
 ROWS_PER_SECOND = 200
 FIELDS = "id BIGINT SEQUENCE, v DOUBLE RANDOM(0,1)"
 POLL_S = 2.0
-START_TIMEOUT_S = 240  # launch to all moving; then measure anyway and report who is not
+START_TIMEOUT_S = 120  # launch to all moving; then measure anyway and report who is not
 STOP_TIMEOUT_S = 120
+SETTLE_S = 10
 KILL_GRACE_S = 10
 
 console = Console(width=140)
 
 SOURCE_SQL = (
     "CREATE SOURCE CONNECTOR gen_{i} FROM datagen INTO s_{i}"
-    " WITH ('rows.per.second' = {rate}, fields = '{fields}');\n"
+    " WITH ('rows.per.second' = {rate}, fields = '{fields}'{extra});\n"
 )
 SINK_SQL = (
-    "CREATE SINK CONNECTOR out_{i} TO file FROM s_{i} WITH (path = '{out}', format = 'parquet');\n"
+    "CREATE SINK CONNECTOR out_{i} TO file FROM s_{i}"
+    " WITH (path = '{out}', format = 'parquet'{extra});\n"
 )
 
 
@@ -239,8 +251,9 @@ class RunResult:
     stop_at: float  # SIGINT, s after launch
     stop_s: float  # SIGINT to exit
     exit_code: int | None
-    left: list[str]  # kinds of the processes of the session alive after the worker exited
+    left: list[str]  # kinds of the processes of its session alive KILL_GRACE_S after its exit
     log_errors: dict[str, int]
+    listener_overflow: bool  # spark.log: the `streams` listener queue dropped events
     events: list[tuple] = field(default_factory=list)  # (t, connector, from, to, reason, error)
 
     def window_samples(self) -> list[Sample]:
@@ -269,22 +282,35 @@ class RunResult:
         return sum(c.first_rows_at is not None for c in self.connectors)
 
 
-def write_script(pairs: int, tmp: Path) -> Path:
+def write_script(
+    pairs: int, tmp: Path, settings: list[str] | None = None, interval: str | None = None
+) -> Path:
+    """The script: `SET` statements (each setting 'key=value'), then the sources, then the
+    sinks; `interval` becomes every connector's 'trigger.interval'."""
     script = tmp / f"many_{pairs}.sql"
-    text = "".join(
-        SOURCE_SQL.format(i=i, rate=ROWS_PER_SECOND, fields=FIELDS) for i in range(1, pairs + 1)
+    text = ""
+    for setting in settings or []:
+        key, _, value = setting.partition("=")
+        text += f"SET {key.strip()} = '{value.strip()}';\n"
+    extra = f", 'trigger.interval' = '{interval}'" if interval else ""
+    text += "".join(
+        SOURCE_SQL.format(i=i, rate=ROWS_PER_SECOND, fields=FIELDS, extra=extra)
+        for i in range(1, pairs + 1)
     )
-    text += "".join(SINK_SQL.format(i=i, out=tmp / f"out_{i}") for i in range(1, pairs + 1))
+    text += "".join(
+        SINK_SQL.format(i=i, out=tmp / f"out_{i}", extra=extra) for i in range(1, pairs + 1)
+    )
     script.write_text(text)
     return script
 
 
-def run_worker(pairs: int, seconds: float, tmp: Path) -> RunResult:
+def run_worker(pairs: int, seconds: float, args: argparse.Namespace, tmp: Path) -> RunResult:
     """Launch `connectql run` with `pairs` source/sink pairs, watch it until all are moving plus
-    `seconds`, stop it gracefully and read its catalog."""
+    args.settle plus `seconds`, stop it gracefully and read its catalog."""
+    settle = args.settle
     tmp.mkdir(parents=True, exist_ok=True)
     home = tmp / f"home_{pairs}"
-    script = write_script(pairs, tmp)
+    script = write_script(pairs, tmp, args.set, args.interval)
     connectors = [
         Connector(f"gen_{i}", "source", home / "streams" / f"s_{i}") for i in range(1, pairs + 1)
     ] + [Connector(f"out_{i}", "sink", tmp / f"out_{i}") for i in range(1, pairs + 1)]
@@ -308,7 +334,7 @@ def run_worker(pairs: int, seconds: float, tmp: Path) -> RunResult:
         )
         console.print(f" {proc.pid}")
         try:
-            all_moving_at, window = watch(proc, t0, seconds, connectors, counter, samples)
+            all_moving_at, window = watch(proc, t0, seconds, settle, connectors, counter, samples)
         finally:
             stop_at = time.time() - t0
             stop_s, left = stop(proc)
@@ -316,6 +342,7 @@ def run_worker(pairs: int, seconds: float, tmp: Path) -> RunResult:
         c.rows.append((time.time() - t0, counter.count(c.directory)))
     counter.close()
     text = log_path.read_text(errors="replace") + read_or_empty(home / "worker.log")
+    spark_log = read_or_empty(home / "spark.log")
     result = RunResult(
         pairs,
         connectors,
@@ -327,6 +354,7 @@ def run_worker(pairs: int, seconds: float, tmp: Path) -> RunResult:
         proc.returncode,
         left,
         log_errors(text),
+        "Dropping event from queue streams" in spark_log,
     )
     if (home / "catalog.duckdb").is_file():
         read_catalog(home, t0, result)
@@ -340,12 +368,14 @@ def watch(
     proc: subprocess.Popen,
     t0: float,
     seconds: float,
+    settle: float,
     connectors: list[Connector],
     counter: RowCounter,
     samples: list[Sample],
 ) -> tuple[float | None, tuple[float, float] | None]:
-    """Poll rows and memory until all connectors are moving and then for `seconds` more (or the
-    start timeout). Returns when all were moving and the measurement window (s after launch)."""
+    """Poll rows and memory until all connectors are moving (or the start timeout), then
+    `settle` more seconds (the backlog of the slow first batches is caught up), then the window
+    of `seconds`. Returns when all were moving and the window (s after launch, poll times)."""
     all_moving_at = window_start = None
     next_note = 10.0
     while proc.poll() is None:
@@ -358,9 +388,12 @@ def watch(
                 c.first_rows_at = t
         moving = sum(c.first_rows_at is not None for c in connectors)
         if all_moving_at is None and moving == len(connectors):
-            all_moving_at = window_start = t
-        if window_start is None and t > START_TIMEOUT_S:
-            window_start = t  # not all moving: measure what is there anyway
+            all_moving_at = t
+        if window_start is None and (
+            (all_moving_at is not None and t >= all_moving_at + settle)
+            or t > START_TIMEOUT_S  # not all moving: measure what is there anyway
+        ):
+            window_start = t
         if t >= next_note:
             next_note += 15.0
             console.print(
@@ -378,7 +411,8 @@ def watch(
 
 def stop(proc: subprocess.Popen) -> tuple[float, list[str]]:
     """SIGINT the worker (graceful) and wait up to STOP_TIMEOUT_S; then end what is left of its
-    session (SIGTERM, then SIGKILL). Returns (seconds to exit, kinds of the processes left)."""
+    session KILL_GRACE_S after its exit (SIGTERM, then SIGKILL). Returns (seconds from SIGINT to
+    the worker's exit, kinds of the processes left then)."""
     t0 = time.time()
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
@@ -387,6 +421,10 @@ def stop(proc: subprocess.Popen) -> tuple[float, list[str]]:
     except subprocess.TimeoutExpired:
         console.print(f"[red]  no exit {STOP_TIMEOUT_S} s after SIGINT: killing[/red]")
     stop_s = time.time() - t0
+    if proc.poll() is not None:  # the JVM and Python workers may take a moment to follow
+        deadline = time.time() + KILL_GRACE_S
+        while time.time() < deadline and tree_pids(proc.pid):
+            time.sleep(0.2)
     left = [kind_of(p, proc.pid) for p in tree_pids(proc.pid)]
     if left:
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -453,7 +491,6 @@ def read_catalog(home: Path, t0: float, result: RunResult) -> None:
             c.running_at = t
 
 
-# --------------------------------------------------------------------------------------------
 # Tables
 # --------------------------------------------------------------------------------------------
 
@@ -466,20 +503,27 @@ def yes(ok: bool) -> str:
     return "[green]yes[/green]" if ok else "[red]no[/red]"
 
 
+def counts(events: dict[str, int]) -> str:
+    picked = {k: v for k, v in events.items() if k in ("RESTARTING", "FAILED", "STALLED")}
+    return ", ".join(f"{k} {v}" for k, v in sorted(picked.items())) or "-"
+
+
 def connectors_table(r: RunResult) -> Table:
     table = Table(
         title=f"connectors, {r.pairs} pair(s)",
         title_justify="left",
         caption="times in s after launch; RUNNING: first RUNNING event; 1st rows: first poll"
         " (every ~2 s) that saw a committed row; rows/s: committed in the window; committed:"
-        " rows in the _spark_metadata-listed files after the stop; rows_total, state: the"
-        " catalog after the stop; at stop: the state the worker shut it down from",
+        " rows in the _spark_metadata-listed files after the stop; at SIGINT: its state when the"
+        " SIGINT was sent; rows_total, state, last_error: the catalog after the stop; R/F/S:"
+        " RESTARTING / FAILED / STALLED events before the SIGINT; in stop: those from it on",
         caption_justify="left",
     )
     for col in ("connector", "RUNNING", "1st rows", "rows/s", "committed", "rows_total"):
-        table.add_column(col, justify="right")
-    for col in ("at stop", "state", "restarts", "failed", "stalled", "last_error"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, justify="right", no_wrap=True)
+    for col in ("at SIGINT", "state", "R/F/S", "in stop"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("last_error", overflow="fold", ratio=1)
     for c in r.connectors:
         table.add_row(
             c.name,
@@ -488,12 +532,11 @@ def connectors_table(r: RunResult) -> Table:
             fmt(r.rate(c)),
             f"{c.final_rows():,}",
             "-" if c.rows_total is None else f"{c.rows_total:,}",
-            c.state_at_shutdown or "-",
+            c.state_before_stop or "-",
             c.final_state or "-",
-            str(c.events.get("RESTARTING", 0)),
-            str(c.events.get("FAILED", 0)),
-            str(c.events.get("STALLED", 0)),
-            (c.last_error or "")[:120],
+            "/".join(str(c.events.get(k, 0)) for k in ("RESTARTING", "FAILED", "STALLED")),
+            counts(c.stop_events),
+            (c.last_error or "")[:100],
         )
     return table
 
@@ -532,7 +575,10 @@ def problems_table(r: RunResult) -> Table | None:
     bad = [e for e in r.events if e[3] in ("RESTARTING", "FAILED", "STALLED")]
     if not bad:
         return None
-    table = Table(title=f"restarts and failures, {r.pairs} pair(s)", title_justify="left")
+    table = Table(
+        title=f"restarts and failures, {r.pairs} pair(s) (SIGINT at {r.stop_at:.1f} s)",
+        title_justify="left",
+    )
     for col in ("s", "connector", "from", "to", "reason", "error"):
         table.add_column(col, overflow="fold")
     for t, name, from_state, to_state, reason, error in bad:
@@ -540,23 +586,35 @@ def problems_table(r: RunResult) -> Table | None:
     return table
 
 
+def stop_text(r: RunResult) -> str:
+    if r.left:
+        kinds = sorted(set(r.left))
+        left = f"{len(r.left)} killed ({', '.join(f'{r.left.count(k)} {k}' for k in kinds)})"
+    else:
+        left = "none left"
+    return f"{r.stop_s:.1f} s, exit {r.exit_code}, {left}"
+
+
 def summary_table(base: RunResult, run: RunResult) -> Table:
-    n = run.pairs
-    count = len(run.connectors)
-    all_running = all(c.running_at is not None for c in run.connectors) and all(
-        c.state_at_shutdown == "RUNNING" for c in run.connectors
-    )
-    rates = [run.rate(c) for c in run.connectors]
-    src = [run.rate(c) for c in run.connectors if c.kind == "source"]
-    snk = [run.rate(c) for c in run.connectors if c.kind == "sink"]
-    restarts = sum(c.events.get("RESTARTING", 0) for c in run.connectors)
-    failed = sum(c.events.get("FAILED", 0) for c in run.connectors)
+    n, count = run.pairs, len(run.connectors)
     per = 2 * (n - 1)
+
+    def each(r: RunResult, fn) -> int:
+        return sum(fn(c) for c in r.connectors)
+
+    def both(label: str, fn) -> None:
+        table.add_row(label, fn(run), fn(base))
 
     def overhead(part: str | None) -> str:
         if per <= 0:
             return "-"
         return f"{(run.steady(part) - base.steady(part)) / per:,.1f} MB"
+
+    def rates(r: RunResult, kind: str | None = None) -> list[float]:
+        return [r.rate(c) for c in r.connectors if kind in (None, c.kind)]
+
+    def python(r: RunResult) -> float:
+        return r.steady("driver") + r.steady("python")
 
     table = Table(
         title=f"summary: {count} connectors in one worker ({os.cpu_count()} cores)",
@@ -565,77 +623,84 @@ def summary_table(base: RunResult, run: RunResult) -> Table:
     table.add_column("metric")
     table.add_column(f"{n} pairs", justify="right")
     table.add_column(f"baseline ({base.pairs} pair)", justify="right")
-    table.add_row("connectors", str(count), str(len(base.connectors)))
-    table.add_row(
-        "all reached RUNNING and were RUNNING at stop",
-        yes(all_running),
-        yes(
-            all(
-                c.running_at is not None and c.state_at_shutdown == "RUNNING"
-                for c in base.connectors
-            )
+    both("connectors", lambda r: str(len(r.connectors)))
+    both(
+        "all RUNNING (reached it, still in it at SIGINT)",
+        lambda r: yes(
+            all(c.running_at is not None and c.state_before_stop == "RUNNING" for c in r.connectors)
         ),
     )
-    table.add_row(
-        "all moving data (committed rows)",
-        f"{run.moving}/{count}",
-        f"{base.moving}/{len(base.connectors)}",
+    both("moving data (committed rows)", lambda r: f"{r.moving}/{len(r.connectors)}")
+    both("time from launch until all moving", lambda r: f"{fmt(r.all_moving_at)} s")
+    both(
+        "last connector RUNNING (s after launch)",
+        lambda r: f"{fmt(max((c.running_at or float('nan')) for c in r.connectors))} s",
     )
-    table.add_row(
-        "time from launch until all moving",
-        f"{fmt(run.all_moving_at)} s",
-        f"{fmt(base.all_moving_at)} s",
+    both(
+        "measurement window",
+        lambda r: f"{r.window[1] - r.window[0]:.0f} s" if r.window else "-",
     )
-    window = run.window[1] - run.window[0] if run.window else float("nan")
-    bwindow = base.window[1] - base.window[0] if base.window else float("nan")
-    table.add_row("measurement window", f"{window:.0f} s", f"{bwindow:.0f} s")
-    table.add_row(
-        f"rows/s per connector, median (target {ROWS_PER_SECOND})",
-        f"{fmt(statistics.median(rates))} (min {fmt(min(rates))}, max {fmt(max(rates))})",
-        fmt(statistics.median([base.rate(c) for c in base.connectors])),
+    both(
+        f"rows/s per connector, median (each source makes {ROWS_PER_SECOND})",
+        lambda r: (
+            f"{fmt(statistics.median(rates(r)))}"
+            f" (min {fmt(min(rates(r)))}, max {fmt(max(rates(r)))})"
+        ),
     )
-    table.add_row(
+    both(
         "  sources / sinks, median",
-        f"{fmt(statistics.median(src))} / {fmt(statistics.median(snk))}",
-        "",
+        lambda r: (
+            f"{fmt(statistics.median(rates(r, 'source')))}"
+            f" / {fmt(statistics.median(rates(r, 'sink')))}"
+        ),
     )
-    table.add_row(
-        "rows committed in total (after stop)",
-        f"{sum(c.final_rows() for c in run.connectors):,}",
-        f"{sum(c.final_rows() for c in base.connectors):,}",
+    both("rows committed in total (after stop)", lambda r: f"{each(r, Connector.final_rows):,}")
+    both(
+        "RESTARTING / FAILED events before SIGINT",
+        lambda r: (
+            f"{each(r, lambda c: c.events.get('RESTARTING', 0))}"
+            f" / {each(r, lambda c: c.events.get('FAILED', 0))}"
+        ),
     )
-    table.add_row(
-        "restarts (RESTARTING events) / FAILED events",
-        f"{restarts} / {failed}",
-        f"{sum(c.events.get('RESTARTING', 0) for c in base.connectors)}"
-        f" / {sum(c.events.get('FAILED', 0) for c in base.connectors)}",
+    both(
+        "RESTARTING / FAILED events from SIGINT on",
+        lambda r: (
+            f"{each(r, lambda c: c.stop_events.get('RESTARTING', 0))}"
+            f" / {each(r, lambda c: c.stop_events.get('FAILED', 0))}"
+        ),
     )
-    table.add_row(
-        "CANNOT_OPEN_SOCKET in the logs",
-        str(run.log_errors["CANNOT_OPEN_SOCKET"]),
-        str(base.log_errors["CANNOT_OPEN_SOCKET"]),
+    both("CANNOT_OPEN_SOCKET in the logs", lambda r: str(r.log_errors["CANNOT_OPEN_SOCKET"]))
+    both(
+        "sources: catalog rows_total / committed rows",
+        lambda r: (
+            f"{each(r, lambda c: (c.rows_total or 0) * (c.kind == 'source')):,}"
+            f" / {each(r, lambda c: c.final_rows() * (c.kind == 'source')):,}"
+        ),
     )
-    table.add_row("PSS peak total", f"{run.peak():,.0f} MB", f"{base.peak():,.0f} MB")
-    table.add_row("PSS steady total", f"{run.steady():,.0f} MB", f"{base.steady():,.0f} MB")
-    table.add_row("  JVM", f"{run.steady('jvm'):,.0f} MB", f"{base.steady('jvm'):,.0f} MB")
-    py_run = run.steady("driver") + run.steady("python")
-    py_base = base.steady("driver") + base.steady("python")
-    table.add_row("  Python (driver + workers)", f"{py_run:,.0f} MB", f"{py_base:,.0f} MB")
+    both(
+        "progress events dropped (spark.log: queue `streams` full)",
+        lambda r: "[red]yes[/red]" if r.listener_overflow else "no",
+    )
+    both("PSS peak total", lambda r: f"{r.peak():,.0f} MB")
+    both("PSS steady total", lambda r: f"{r.steady():,.0f} MB")
+    both("  JVM", lambda r: f"{r.steady('jvm'):,.0f} MB")
+    both("  Python (driver + workers)", lambda r: f"{python(r):,.0f} MB")
     table.add_row(f"per-connector overhead (steady delta / {per})", overhead(None), "")
     table.add_row("  JVM", overhead("jvm"), "")
-    if per > 0:
-        py_per = (py_run - py_base) / per
-        table.add_row("  Python", f"{py_per:,.1f} MB", "")
     table.add_row(
-        "graceful stop (SIGINT to exit)",
-        f"{run.stop_s:.1f} s, exit {run.exit_code}, {run.killed} left",
-        f"{base.stop_s:.1f} s, exit {base.exit_code}, {base.killed} left",
+        "  Python", f"{(python(run) - python(base)) / per:,.1f} MB" if per > 0 else "-", ""
     )
+    both("graceful stop (SIGINT to exit)", stop_text)
     return table
 
 
 def show(r: RunResult) -> None:
     console.print(connectors_table(r))
+    if r.stop_s >= STOP_TIMEOUT_S:
+        console.print(
+            f"[red]  the worker did not exit within {STOP_TIMEOUT_S} s of SIGINT and was killed:"
+            " the catalog's states and rows_total are those it had recorded by then[/red]"
+        )
     problems = problems_table(r)
     if problems is not None:
         console.print(problems)
@@ -647,10 +712,26 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.many", description=__doc__.split("\n")[0])
     p.add_argument("--pairs", type=int, default=10, help="source/sink pairs (default 10)")
     p.add_argument(
-        "--seconds", type=float, default=60, help="window after all are moving (default 60)"
+        "--seconds", type=float, default=60, help="measurement window, N pairs (default 60)"
     )
     p.add_argument(
         "--baseline-seconds", type=float, default=20, help="window of the 1-pair run (default 20)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a SET statement at the top of both scripts, e.g. spark.scheduler.mode=FIFO",
+    )
+    p.add_argument(
+        "--interval", help="'trigger.interval' of every connector, e.g. '1 second' (default none)"
+    )
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE_S,
+        help=f"wait after all are moving, before the window (default {SETTLE_S})",
     )
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = p.parse_args(argv)
@@ -658,13 +739,15 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-many-"))
     console.print(
         f"[bold]Many connectors[/bold]: datagen at {ROWS_PER_SECOND} rows/s → stream → Parquet"
-        f" sink, 1 pair then {args.pairs} pairs, each in its own `connectql run` worker"
+        f" sink; 1 pair, then {args.pairs} pairs, each run in its own `connectql run` worker"
         f" ({os.cpu_count()} cores); temporary directory {tmp}"
+        + (f"; SET {', '.join(args.set)}" if args.set else "")
+        + (f"; trigger.interval {args.interval}" if args.interval else "")
     )
     try:
-        base = run_worker(1, args.baseline_seconds, tmp / "base")
+        base = run_worker(1, args.baseline_seconds, args, tmp / "base")
         show(base)
-        run = run_worker(args.pairs, args.seconds, tmp / "many")
+        run = run_worker(args.pairs, args.seconds, args, tmp / "many")
         show(run)
         console.print(memory_table([base, run]))
         console.print(summary_table(base, run))
@@ -672,17 +755,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep:
             console.print(f"kept {tmp}")
         else:
-            import shutil
-
             shutil.rmtree(tmp, ignore_errors=True)
     console.print(f"bench took {time.time() - started:.0f} s")
-    ok = all(
-        c.running_at is not None
-        and c.state_at_shutdown == "RUNNING"
-        and c.first_rows_at is not None
-        for c in run.connectors + base.connectors
-    )
-    return 0 if ok else 1
+    return 0 if all(c.ok for c in run.connectors + base.connectors) else 1
 
 
 if __name__ == "__main__":

@@ -16,3 +16,13 @@ def spark():
 @pytest.fixture
 def home(tmp_path):
     return tmp_path / "home"
+
+
+@pytest.fixture
+def worker(spark, home):
+    """A worker on a fresh home, sharing the test session's SparkSession."""
+    from connectql.server.worker import Worker
+
+    w = Worker(home)
+    yield w
+    w.close(stop_spark=False)

@@ -8,17 +8,9 @@ import json
 import pytest
 
 from connectql.errors import PlanError
-from connectql.server.worker import Worker
 from tests.helpers import read_parquet_rows, run, wait_until
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-def worker(spark, home):
-    w = Worker(home)
-    yield w
-    w.close(stop_spark=False)
 
 
 def json_inbox(tmp_path, lines):

@@ -15,13 +15,6 @@ from tests.helpers import read_parquet_rows, run, wait_until
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture
-def worker(spark, home):
-    w = Worker(home)
-    yield w
-    w.close(stop_spark=False)
-
-
 def state(worker, name):
     return worker.catalog.get_connector(name).state
 

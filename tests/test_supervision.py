@@ -14,13 +14,6 @@ from tests.helpers import read_parquet_rows, run, wait_until
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture
-def worker(spark, home):
-    w = Worker(home)
-    yield w
-    w.close(stop_spark=False)
-
-
 def events(worker, name):
     return worker.catalog.query(
         "SELECT from_state, to_state, reason, error FROM connector_events"

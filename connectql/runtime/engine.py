@@ -176,6 +176,10 @@ class Engine:
                 return
             self._stopping.add(name)
         query.stop()
+        try:  # returns once Spark has deregistered the query (its name is free again)
+            query.awaitTermination(30)
+        except StreamingQueryException:
+            pass
         # report the end here: the listener's report can be minutes behind with many queries
         self._flush_progress(query)
         self._terminated(str(query.id), None)

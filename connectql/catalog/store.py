@@ -127,6 +127,11 @@ class Catalog:
                 self.con.execute("ROLLBACK")
                 raise
 
+    def state_of(self, name: str) -> str | None:
+        """The connector's state, or None when there is no such connector (one cheap query)."""
+        rows = self.query("SELECT state FROM connectors WHERE name = ?", [name])[1]
+        return rows[0][0] if rows else None
+
     def has_connector(self, name: str) -> bool:
         return bool(self.query("SELECT 1 FROM connectors WHERE name = ?", [name])[1])
 

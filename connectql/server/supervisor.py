@@ -64,7 +64,7 @@ class Supervisor:
             self.last_data[name] = time.monotonic()
         cat = self.worker.catalog
         with cat.lock:
-            if cat.has_connector(name) and cat.get_connector(name).state == states.STALLED:
+            if cat.state_of(name) == states.STALLED:
                 cat.set_state(name, states.RUNNING, "progress resumed")
 
     def terminated(self, name: str, error: str | None, stopped: bool) -> None:
@@ -135,7 +135,7 @@ class Supervisor:
             reason = self._stall_reason(name, query)
             if reason:
                 with cat.lock:
-                    if cat.get_connector(name).state == states.RUNNING:
+                    if cat.state_of(name) == states.RUNNING:
                         cat.set_state(name, states.STALLED, reason)
 
     def _stall_reason(self, name: str, query) -> str | None:

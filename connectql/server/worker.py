@@ -11,10 +11,12 @@ from pathlib import Path
 
 from connectql.catalog import states
 from connectql.catalog.query import run_select
+from connectql.catalog.redact import scrub
 from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.common import SOURCE_COMMON
+from connectql.connectors.options import is_secret_key
 from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.grammar import ast
 from connectql.planner.plan import Plan, PlanContext, build_plan
@@ -122,8 +124,7 @@ class Worker:
                 for n, p in list(self.engine.plans.items())
                 if p.run == "once"
                 and (names is None or n in names)
-                and self.catalog.has_connector(n)
-                and self.catalog.get_connector(n).state in busy
+                and self.catalog.state_of(n) in busy
             ]
             if not waiting:
                 return
@@ -274,7 +275,7 @@ class Worker:
         self.engine.start(plan)
         self.supervisor.started(name)
         with self.catalog.lock:  # a once-query may have finished already
-            if self.catalog.get_connector(name).state == states.STARTING:
+            if self.catalog.state_of(name) == states.STARTING:
                 self.catalog.set_state(name, states.RUNNING, "query started")
 
     def _bound_plan(self, entry: ConnectorEntry) -> Plan:
@@ -302,13 +303,11 @@ class Worker:
             self.catalog.set_state(name, state, reason)
 
     def _scrub(self, text: str) -> str:
-        from connectql.catalog.redact import scrub
-
         inline = [
             v
             for e in self.catalog.connectors()
             for k, v in e.options.items()
-            if isinstance(v, str) and _is_secret(k)
+            if isinstance(v, str) and is_secret_key(k)
         ]
         return scrub(text, [*self.secrets.values(), *inline])
 
@@ -421,12 +420,6 @@ class Worker:
 
     def _do_AlterConnector(self, s: ast.AlterConnector) -> Result:  # noqa: N802
         return lifecycle.alter(self, s.name, s.options)
-
-
-def _is_secret(key: str) -> bool:
-    from connectql.connectors.options import is_secret_key
-
-    return is_secret_key(key)
 
 
 def _log_to(path: Path) -> None:

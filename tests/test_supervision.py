@@ -157,23 +157,23 @@ def test_a_connector_left_running_by_a_dead_worker_is_shown_stopped(home):
 def test_a_connector_without_progress_while_behind_is_stalled(worker):
     run(
         worker,
-        "CREATE SOURCE CONNECTOR g FROM datagen INTO s WITH ('rows.total' = 1000000,"
+        "CREATE SOURCE CONNECTOR stall_g FROM datagen INTO s WITH ('rows.total' = 1000000,"
         " 'rows.per.batch' = 1000, 'trigger.interval' = '1 hour', 'stall.timeout.ms' = 1500)",
     )
     # (a slow first batch may be STALLED as "no batch completed" before; wait for the lag rule)
     wait_until(
         lambda: (
-            worker.catalog.get_connector("g").state == "STALLED"
-            and events(worker, "g")[-1][2].startswith("no rows for")
+            worker.catalog.get_connector("stall_g").state == "STALLED"
+            and events(worker, "stall_g")[-1][2].startswith("no rows for")
         ),
         timeout=90,
         what="STALLED while behind",
     )
-    assert "999000 behind its latest offset" in events(worker, "g")[-1][2]
-    run(worker, "ALTER CONNECTOR g SET ('trigger.interval' = '100 milliseconds')")
+    assert "999000 behind its latest offset" in events(worker, "stall_g")[-1][2]
+    run(worker, "ALTER CONNECTOR stall_g SET ('trigger.interval' = '100 milliseconds')")
     wait_until(
         lambda: (
-            worker.catalog.get_connector("g").state == "RUNNING"
+            worker.catalog.get_connector("stall_g").state == "RUNNING"
             and (read_parquet_rows(worker.home / "streams/s") or [(0,)])[0][0] > 1000
         ),
         timeout=60,

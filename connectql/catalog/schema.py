@@ -59,6 +59,14 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        3,
+        "a stream's key: the columns identifying a row (from a database source's primary key)",
+        ["ALTER TABLE streams ADD COLUMN key VARCHAR"],
+    )
+)
+
 LATEST = MIGRATIONS[-1][0]
 
 # connector_metrics keeps this many recent batches per connector

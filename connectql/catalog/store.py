@@ -60,6 +60,11 @@ class StreamEntry:
     schema_json: str | None = None  # Spark StructType JSON
     retention: str | None = None
     created_by: str | None = None
+    key: str | None = None  # comma list of key columns; None: the stream has no key
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return tuple(k for k in (self.key or "").split(",") if k)
 
 
 class Catalog:
@@ -255,19 +260,22 @@ class Catalog:
     # streams ------------------------------------------------------------------------------
     def add_stream(self, s: StreamEntry) -> None:
         self.execute(
-            "INSERT INTO streams VALUES (?,?,?,?,?,?,?)",
-            [s.name, s.schema, s.schema_json, s.retention, s.path, now(), s.created_by],
+            "INSERT INTO streams (name, schema, schema_json, retention, path, created_at,"
+            " created_by, key) VALUES (?,?,?,?,?,?,?,?)",
+            [s.name, s.schema, s.schema_json, s.retention, s.path, now(), s.created_by, s.key],
         )
 
-    def set_stream_schema(self, name: str, ddl: str, schema_json: str) -> None:
+    def set_stream_schema(
+        self, name: str, ddl: str, schema_json: str, key: tuple[str, ...] = ()
+    ) -> None:
         self.execute(
-            "UPDATE streams SET schema = ?, schema_json = ? WHERE name = ?",
-            [ddl, schema_json, name],
+            "UPDATE streams SET schema = ?, schema_json = ?, key = ? WHERE name = ?",
+            [ddl, schema_json, ",".join(key) or None, name],
         )
 
     def find_stream(self, name: str) -> StreamEntry | None:
         rows = self.query(
-            "SELECT name, path, schema, schema_json, retention, created_by"
+            "SELECT name, path, schema, schema_json, retention, created_by, key"
             " FROM streams WHERE name = ?",
             [name],
         )[1]

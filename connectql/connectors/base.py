@@ -21,6 +21,10 @@ class ReaderSpec:
     total_rows: int | None = None  # known size of bounded work (for progress bars)
     secret_options: tuple[str, ...] = ()  # option names whose values must never be shown
     corrupt_column: str | None = None  # column holding the raw text of a record that did not parse
+    key: tuple[str, ...] = ()  # columns identifying a row (a table's primary key)
+    # Called once, at CREATE, when `schema` is None and the source knows its own schema (a
+    # database table): returns (Spark DDL, key columns); raises PlanError naming what is wrong.
+    discover: Callable[[], tuple[str, tuple[str, ...]]] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,9 @@ class WriterSpec:
     options: dict[str, str] = field(default_factory=dict)
     path: str | None = None
     secret_options: tuple[str, ...] = ()
+    # Called once, at CREATE, with the StructType of the rows the sink will get: prepares the
+    # target (e.g. creates its table) or raises PlanError naming what is wrong.
+    check: Callable[[Any], None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -42,7 +49,8 @@ class Plugin:
     source_options: dict[str, Option] | None = None  # None: cannot be a source
     sink_options: dict[str, Option] | None = None  # None: cannot be a sink
     plan_source: Callable[[dict[str, Any]], ReaderSpec] | None = None
-    plan_sink: Callable[[dict[str, Any]], WriterSpec] | None = None
+    plan_sink: Callable[[dict[str, Any], Any], WriterSpec] | None = None  # (options, StreamEntry)
+    on_drop: Callable[[dict[str, Any]], str | None] | None = None  # cleanup; returns what it did
     delivery: str = ""  # what a sink promises: 'exactly-once' or 'at-least-once'
     installed: bool = True
     aliases: tuple[str, ...] = ()

@@ -83,7 +83,7 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
     )
 
 
-def plan_sink(opts: dict[str, Any]) -> WriterSpec:
+def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
     spark_opts = {"header": str(opts["header"]).lower()} if opts["format"] == "csv" else {}
     return WriterSpec(format=opts["format"], options=spark_opts, path=opts["path"])
 

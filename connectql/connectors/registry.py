@@ -11,16 +11,15 @@ from connectql.errors import PlanError
 # Types the language accepts today that later work will build (planning rejects them clearly).
 NOT_INSTALLED = {
     "mysql": "MySQL/MariaDB tables: snapshot and binlog change-data capture",
-    "postgres": "PostgreSQL tables: snapshot and logical-decoding change-data capture",
 }
 ALIASES = {"mariadb": "mysql", "postgresql": "postgres"}
 
 
 @cache
 def plugins() -> dict[str, Plugin]:
-    from connectql.connectors import datagen, files
+    from connectql.connectors import datagen, files, postgres
 
-    found = {p.type: p for p in (datagen.PLUGIN, files.PLUGIN)}
+    found = {p.type: p for p in (datagen.PLUGIN, files.PLUGIN, postgres.PLUGIN)}
     for name, doc in NOT_INSTALLED.items():
         found.setdefault(name, Plugin(type=name, doc=doc, installed=False))
     return found

@@ -138,7 +138,7 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
         writer = WriterSpec(STREAM_WRITER, path=ctx.stream_path(stream))
     else:
         reader, transform = _stream_reader(stream, entry, ctx)
-        writer = plugin.plan_sink(resolved)
+        writer = plugin.plan_sink(resolved, ctx.streams[stream])
     interval = options.get("trigger.interval")
     deadletter = _deadletter(options, stream, where)
     return Plan(

@@ -121,13 +121,14 @@ class Engine:
                 + ("; give it with schema = '...'" if not reader.schema else "")
             ) from None
 
+    def sink_schema(self, plan: Plan) -> StructType:
+        """The StructType of the rows a sink's writer gets (the stream's, transformed)."""
+        empty = self.spark.createDataFrame([], StructType.fromDDL(plan.reader.schema))
+        return _transformed(empty, plan).schema
+
     def start(self, plan: Plan) -> None:
         spark = self.spark
-        df = self._read(spark, plan)
-        if plan.transform:
-            df = df.selectExpr(*plan.transform.projections)
-            if plan.transform.where:
-                df = df.where(plan.transform.where)
+        df = _transformed(self._read(spark, plan), plan)
         df = df.observe(OBSERVED, F.count(F.lit(1)).alias("written"))
         writer = (
             self._to_writer(df, plan)
@@ -153,7 +154,14 @@ class Engine:
             sink = StreamWriter(writer_id(plan.checkpoint), deadletters.outputs(plan), on_batch)
             return df.writeStream.foreachBatch(sink)
         writer = df.writeStream.format(w.format).options(**w.options)
-        return writer.option("path", w.path) if w.path else writer
+        if w.path:
+            return writer.option("path", w.path)
+        # a Python data source writer: its id keys exactly-once progress in the target
+        ids = {
+            "connectql.writer": writer_id(plan.checkpoint),
+            "connectql.connector": plan.connector,
+        }
+        return writer.options(**ids)
 
     def _stream_batch(self, plan: Plan, batch_id: int, rows: dict[str, int]) -> None:
         if plan.deadletter_path:
@@ -243,6 +251,14 @@ class Engine:
     def _flush_progress(self, query) -> None:
         for p in query.recentProgress:
             self._progress(p)
+
+
+def _transformed(df, plan: Plan):
+    if plan.transform:
+        df = df.selectExpr(*plan.transform.projections)
+        if plan.transform.where:
+            df = df.where(plan.transform.where)
+    return df
 
 
 class _Listener(StreamingQueryListener):

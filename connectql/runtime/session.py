@@ -33,8 +33,9 @@ _session = None
 def python_data_sources():
     """Every Python data source class connectql registers with Spark."""
     from connectql.connectors.datagen import DatagenDataSource
+    from connectql.connectors.postgres.datasource import PostgresDataSource
 
-    return [DatagenDataSource]
+    return [DatagenDataSource, PostgresDataSource]
 
 
 def logging_settings(log_dir) -> dict[str, str]:

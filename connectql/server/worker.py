@@ -175,6 +175,8 @@ class Worker:
             raise CatalogError(f"connector '{entry.name}' already exists")
         plan = self._plan(entry)
         plan, created_streams = self._bind_stream(plan) if entry.kind == "source" else (plan, [])
+        if plan.writer.check:
+            plan.writer.check(self.engine.sink_schema(plan))
         entry = replace(entry, type=plan.type, stream=plan.stream, tasks=plan.tasks)
         try:
             self.catalog.add_connector(entry)
@@ -213,6 +215,9 @@ class Worker:
     def check_stream_schema(self, plan: Plan):
         """The source plan with its schema resolved, and that schema (a StructType); an error
         naming the differences if the plan's stream already has another schema."""
+        if plan.reader.discover and not plan.reader.schema:
+            ddl, key = plan.reader.discover()
+            plan = replace(plan, reader=replace(plan.reader, schema=ddl, key=key))
         struct = self.engine.resolve_schema(plan.reader)
         plan = replace(plan, reader=replace(plan.reader, schema=schema_ddl(struct)))
         self._check_schema(plan.stream, struct, plan.connector)
@@ -232,23 +237,24 @@ class Worker:
         dead-letter stream), creating streams that are new. Returns the plan with the resolved
         schema, and the names of the streams created."""
         plan, struct = self.check_stream_schema(plan)
-        created = self._register(plan.stream, plan.writer.path, struct, plan.connector)
+        created = self._register(
+            plan.stream, plan.writer.path, struct, plan.connector, plan.reader.key
+        )
         if plan.deadletter:
             dead = self.engine.resolve_schema(ReaderSpec("parquet", schema=DEADLETTER_DDL))
             self._check_schema(plan.deadletter, dead, plan.connector)
             created += self._register(plan.deadletter, plan.deadletter_path, dead, plan.connector)
         return plan, created
 
-    def _register(self, name: str, path: str, struct, connector: str) -> list[str]:
+    def _register(self, name: str, path: str, struct, connector: str, key=()) -> list[str]:
         stream = self.catalog.find_stream(name)
         if stream is None:
             (Path(path) / "_spark_metadata").mkdir(parents=True, exist_ok=True)
-            self.catalog.add_stream(
-                StreamEntry(name, path, schema_ddl(struct), struct.json(), created_by=connector)
-            )
+            entry = StreamEntry(name, path, schema_ddl(struct), struct.json(), created_by=connector)
+            self.catalog.add_stream(replace(entry, key=",".join(key) or None))
             return [name]
-        if not stream.schema:
-            self.catalog.set_stream_schema(name, schema_ddl(struct), struct.json())
+        if not stream.schema or (key and not stream.key):
+            self.catalog.set_stream_schema(name, schema_ddl(struct), struct.json(), key)
         return []
 
     def _start(self, entry: ConnectorEntry, reason: str) -> None:

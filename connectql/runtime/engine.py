@@ -173,6 +173,8 @@ class Engine:
         if r.schema:
             extra = f", `{r.corrupt_column}` STRING" if r.corrupt_column else ""
             reader = reader.schema(r.schema + extra)
+        if not r.path:  # a Python data source: its connector's name (e.g. for a slot name)
+            reader = reader.option("connectql.connector", plan.connector)
         df = reader.load(r.path) if r.path else reader.load()
         return deadletters.with_file_column(df) if r.corrupt_column else df
 

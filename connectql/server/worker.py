@@ -14,12 +14,14 @@ from connectql.catalog.query import run_select
 from connectql.catalog.redact import scrub
 from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
+from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.common import SOURCE_COMMON
-from connectql.connectors.options import is_secret_key
+from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.grammar import ast
 from connectql.planner.plan import Plan, PlanContext, build_plan
+from connectql.planner.resolve import resolve
 from connectql.runtime.deadletters import DEADLETTER_DDL
 from connectql.runtime.engine import Engine
 from connectql.runtime.errors import short_error
@@ -201,6 +203,7 @@ class Worker:
         self.engine.plans.pop(name, None)
         shutil.rmtree(plan.checkpoint, ignore_errors=True)
         if self.catalog.has_connector(name):
+            self._cleanup(self.catalog.get_connector(name))
             self.catalog.remove_connector(name, "creation failed")
         for stream in created_streams:
             shutil.rmtree(self.catalog.get_stream(stream).path, ignore_errors=True)
@@ -371,10 +374,25 @@ class Worker:
                 return Result(f"no connector {s.name}; nothing dropped")
             self.catalog.get_connector(s.name)  # raises, listing the known ones
         self._stop(s.name, "DROPPED", "dropped")
+        cleanup = self._cleanup(self.catalog.get_connector(s.name))
         shutil.rmtree(self._context().checkpoint(s.name), ignore_errors=True)
         self.catalog.remove_connector(s.name)
         self.engine.plans.pop(s.name, None)
-        return Result(f"dropped connector {s.name}")
+        return Result(f"dropped connector {s.name}" + (f"; {cleanup}" if cleanup else ""))
+
+    def _cleanup(self, entry: ConnectorEntry) -> str | None:
+        """The connector type's cleanup in the external system (e.g. a replication slot)."""
+        try:
+            plugin = registry.lookup(entry.type, entry.kind)
+            if plugin.on_drop is None:
+                return None
+            where = f"{entry.kind} connector '{entry.name}'"
+            options = resolve(
+                validate(plugin.options_for(entry.kind), entry.options, where), self.secrets
+            )
+            return plugin.on_drop(options, entry.name)
+        except Exception as e:  # the connector goes anyway; say what was left behind
+            return self._scrub(f"cleanup failed: {short_error(str(e))}")
 
     def _drop_stream(self, s: ast.Drop) -> Result:
         stream = self.catalog.find_stream(s.name)

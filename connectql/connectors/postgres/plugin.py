@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectql.connectors.base import Plugin, WriterSpec
-from connectql.connectors.common import SINK_COMMON
+from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
+from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
 from connectql.connectors.dbsink import SinkSettings, sink_mode
 from connectql.connectors.options import Option
 from connectql.connectors.postgres.client import connection_config, split_table
 from connectql.connectors.postgres.datasource import FORMAT
+from connectql.errors import PlanError
 
 CONNECTION = {
     o.name: o
@@ -58,6 +59,143 @@ SINK_OPTIONS = {
 }
 
 
+SOURCE_OPTIONS = {
+    **SOURCE_COMMON,
+    **CONNECTION,
+    **{
+        o.name: o
+        for o in [
+            Option("table", doc="table to read, 'name' or 'schema.name' (or give query)"),
+            Option(
+                "query",
+                doc="incremental/bulk modes: a SELECT whose rows are read instead of a table",
+            ),
+            Option(
+                "mode",
+                "enum",
+                "cdc",
+                choices=("cdc", "incremental", "bulk"),
+                doc="'cdc': snapshot, then every insert/update/delete from the write-ahead log;"
+                " 'incremental': poll for new rows by incrementing.column / timestamp.column;"
+                " 'bulk': copy the whole table every poll",
+            ),
+            Option(
+                "snapshot",
+                "enum",
+                "initial",
+                choices=("initial", "never"),
+                doc="cdc: read the existing rows first ('initial') or only changes ('never')",
+            ),
+            Option(
+                "slot.name",
+                doc="cdc: logical replication slot, created if absent (dropped by DROP"
+                " CONNECTOR); default connectql_<connector>",
+            ),
+            Option(
+                "heartbeat.interval.ms",
+                "int",
+                30000,
+                doc="cdc: advance the slot this often while no captured table changes, so a"
+                " quiet table does not hold back the server's WAL",
+            ),
+            Option("incrementing.column", doc="incremental: a strictly increasing column"),
+            Option(
+                "timestamp.column",
+                doc="incremental: a last-modified timestamp column (with incrementing.column,"
+                " ties are broken by it)",
+            ),
+            Option(
+                "poll.interval.ms",
+                "int",
+                doc="how often to look for new data; default 200 (cdc), 5000 (incremental, bulk)",
+            ),
+            Option(
+                "batch.rows",
+                "int",
+                100_000,
+                doc="at most about this many rows (snapshot chunk, changes) per micro-batch",
+            ),
+            Option(
+                "schema.change",
+                "enum",
+                "fail",
+                choices=("fail", "ignore"),
+                doc="cdc: when the table gains or loses columns, 'fail' stops the connector"
+                " naming the change; 'ignore' drops columns the stream does not have",
+            ),
+        ]
+    },
+}
+
+
+def plan_source(opts: dict[str, Any]) -> ReaderSpec:
+    from connectql.connectors.postgres.source import ReaderConfig
+    from connectql.connectors.postgres.tables import discover
+
+    mode = opts["mode"]
+    where = "postgres source"
+    _check_source_options(opts, mode, where)
+    schema, table = (
+        split_table(opts["table"], opts["schema"]) if opts.get("table") else (opts["schema"], None)
+    )
+    poll = opts.get("poll.interval.ms") or (200 if mode == "cdc" else 5000)
+    cfg = ReaderConfig(
+        connection=connection_config(opts),
+        schema=schema,
+        table=table,
+        query=opts.get("query"),
+        mode=mode,
+        snapshot=opts["snapshot"],
+        slot=opts.get("slot.name") or "",
+        heartbeat_ms=opts["heartbeat.interval.ms"],
+        incrementing=opts.get("incrementing.column"),
+        timestamp=opts.get("timestamp.column"),
+        batch_rows=opts["batch.rows"],
+        poll_ms=poll,
+        tasks=opts["tasks.max"],
+        schema_change=opts["schema.change"],
+    )
+
+    def found() -> tuple[str, tuple[str, ...]]:
+        t = discover(cfg, mode == "cdc", where)
+        missing = [c for c in cfg.ordering if c not in {n for n, _p, _s in t.columns}]
+        if missing:
+            raise PlanError(f"{where}: {t.qualified} has no column {', '.join(missing)}")
+        return t.ddl(mode == "cdc"), t.key
+
+    return ReaderSpec(FORMAT, cfg.to_options(), secret_options=("password",), discover=found)
+
+
+def _check_source_options(opts: dict[str, Any], mode: str, where: str) -> None:
+    if not opts.get("table") and not opts.get("query"):
+        raise PlanError(
+            f"{where}: give table = 'name' (or query = 'SELECT ...' for incremental/bulk)"
+        )
+    if opts.get("table") and opts.get("query"):
+        raise PlanError(f"{where}: give table or query, not both")
+    if mode == "cdc" and opts.get("query"):
+        raise PlanError(f"{where}: mode = 'cdc' reads a table, not a query")
+    if mode == "incremental" and not (
+        opts.get("incrementing.column") or opts.get("timestamp.column")
+    ):
+        raise PlanError(
+            f"{where}: mode = 'incremental' needs incrementing.column and/or timestamp.column"
+        )
+
+
+def drop_source(opts: dict[str, Any], connector: str) -> str | None:
+    """DROP CONNECTOR of a cdc source drops its replication slot (it would pin WAL forever)."""
+    from connectql.connectors.postgres.cdc import drop_slot
+    from connectql.connectors.postgres.client import connect
+    from connectql.connectors.postgres.source import default_slot
+
+    if opts.get("mode", "cdc") != "cdc":
+        return None
+    slot = opts.get("slot.name") or default_slot(connector)
+    with connect(connection_config(opts), autocommit=True) as conn:
+        return f"dropped replication slot {slot}" if drop_slot(conn, slot) else None
+
+
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
     from connectql.connectors.postgres.sink import prepare_target
 
@@ -84,7 +222,11 @@ def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
 
 PLUGIN = Plugin(
     type="postgres",
-    doc="PostgreSQL tables: exactly-once append or upsert sink",
+    doc="PostgreSQL tables: change-data capture (snapshot + logical decoding), incremental or"
+    " bulk sources; exactly-once append or upsert sink",
+    source_options=SOURCE_OPTIONS,
+    plan_source=plan_source,
+    on_drop=drop_source,
     sink_options=SINK_OPTIONS,
     plan_sink=plan_sink,
     delivery="exactly-once",

@@ -1,0 +1,119 @@
+"""Reading a database table by key ranges, for any SQL database (PostgreSQL now, MySQL later):
+snapshot chunks in primary-key order and Kafka Connect JDBC-style incremental polling by an
+incrementing and/or timestamp column. Bounds travel in offsets as text, cast back in SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
+
+class Db(Protocol):
+    """What the range logic needs from a database dialect and an open connection."""
+
+    def quote(self, name: str) -> str: ...
+
+    def as_text(self, column: str) -> str: ...  # SQL giving the column's value as text
+
+    def param(self, column: str) -> str: ...  # a placeholder cast to the column's type
+
+    def rows(self, sql: str, params: Sequence = ()) -> list[tuple]: ...
+
+    def arrow(self, sql: str, params: Sequence, schema: StructType) -> Iterator[pa.RecordBatch]: ...
+
+    def select_list(self, schema: StructType) -> str: ...
+
+
+@dataclass(frozen=True)
+class Source:
+    """What is read: a table (or a query's rows as a derived table) and its ordering columns."""
+
+    relation: str  # quoted table name, or '(query) q'
+    schema: StructType  # the data columns selected (no change-data columns)
+
+
+def _cols(db: Db, columns: Sequence[str]) -> str:
+    return ", ".join(db.quote(c) for c in columns)
+
+
+def _tuple(db: Db, columns: Sequence[str], op: str, values: Sequence[str]) -> tuple[str, list]:
+    """(c1, c2) > (v1, v2) with each value cast to its column's type."""
+    if len(columns) == 1:
+        return f"{db.quote(columns[0])} {op} {db.param(columns[0])}", [values[0]]
+    params = ", ".join(db.param(c) for c in columns)
+    return f"({_cols(db, columns)}) {op} ({params})", list(values)
+
+
+def range_where(
+    db: Db, columns: Sequence[str], after: Sequence[str] | None, upto: Sequence[str] | None
+) -> tuple[str, list]:
+    """WHERE text and params for after < (columns) <= upto; None bounds are open."""
+    parts, params = [], []
+    for op, bound in ((">", after), ("<=", upto)):
+        if bound is not None:
+            sql, p = _tuple(db, columns, op, bound)
+            parts.append(sql)
+            params += p
+    return (" WHERE " + " AND ".join(parts) if parts else ""), params
+
+
+def next_bound(
+    db: Db, src: Source, columns: Sequence[str], after: Sequence[str] | None, rows: int
+) -> list[str] | None:
+    """The ordering columns' values (as text) of the rows-th row after `after` (or of the last
+    row when fewer remain); None when no row follows `after`."""
+    where, params = range_where(db, columns, after, None)
+    order = _cols(db, columns)
+    texts = ", ".join(db.as_text(c) for c in columns)
+    found = db.rows(
+        f"SELECT {texts} FROM (SELECT {order} FROM {src.relation}{where} ORDER BY {order}"
+        f" LIMIT {int(rows)}) chunk ORDER BY {_desc(db, columns)} LIMIT 1",
+        params,
+    )
+    return list(found[0]) if found else None
+
+
+def _desc(db: Db, columns: Sequence[str]) -> str:
+    return ", ".join(f"{db.quote(c)} DESC" for c in columns)
+
+
+def read_range(
+    db: Db,
+    src: Source,
+    columns: Sequence[str],
+    after: Sequence[str] | None,
+    upto: Sequence[str] | None,
+) -> Iterator[pa.RecordBatch]:
+    where, params = range_where(db, columns, after, upto)
+    order = f" ORDER BY {_cols(db, columns)}" if columns else ""
+    sql = f"SELECT {db.select_list(src.schema)} FROM {src.relation}{where}{order}"
+    yield from db.arrow(sql, params, src.schema)
+
+
+def split(
+    after: Sequence[str] | None, upto: Sequence[str] | None, parts: int, low: str | None
+) -> list[tuple[list[str] | None, list[str] | None]]:
+    """Split (after, upto] of one integer column into `parts` ranges (`low` is the smallest
+    value when `after` is open); anything else stays one range."""
+    try:
+        a = int(after[0]) if after else int(low) - 1
+        b = int(upto[0])
+    except (TypeError, ValueError, IndexError):
+        return [(list(after) if after else None, list(upto) if upto else None)]
+    parts = max(1, min(parts, b - a))
+    bounds = [a + (b - a) * i // parts for i in range(parts + 1)]
+    out = [([str(x)], [str(y)]) for x, y in zip(bounds, bounds[1:], strict=False)]
+    if not after:  # the first range stays open below so rows under `low` are not lost
+        out[0] = (None, out[0][1])
+    return out
+
+
+def smallest(db: Db, src: Source, column: str) -> str | None:
+    found = db.rows(
+        f"SELECT {db.as_text(column)} FROM {src.relation} ORDER BY {db.quote(column)} LIMIT 1"
+    )
+    return found[0][0] if found else None

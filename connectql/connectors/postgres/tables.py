@@ -1,0 +1,135 @@
+"""What a PostgreSQL source reads: the captured table's columns with their Spark types and its
+primary key, looked up at CREATE (unsupported types and missing tables are named there)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from connectql.connectors.postgres.client import connect
+from connectql.connectors.postgres.types import spark_type
+from connectql.errors import PlanError
+
+CDC_COLUMNS = (
+    ("__op", "STRING"),
+    ("__ts_ms", "BIGINT"),
+    ("__pos", "STRING"),
+    ("__source", "STRING"),
+)
+
+
+@dataclass(frozen=True)
+class Table:
+    schema: str
+    name: str
+    columns: tuple[tuple[str, str, str], ...]  # (name, PostgreSQL type, Spark type)
+    key: tuple[str, ...]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def ddl(self, cdc: bool) -> str:
+        cols = [(n, s) for n, _pg, s in self.columns] + (list(CDC_COLUMNS) if cdc else [])
+        return ", ".join(f"`{n}` {t}" for n, t in cols)
+
+
+def describe_table(conn, schema: str, name: str, where: str) -> Table:
+    rows = conn.execute(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typtype = 'e'"
+        " OR coalesce(e.typtype = 'e', false)"
+        " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid"
+        " LEFT JOIN pg_type e ON e.oid = t.typelem"
+        " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped"
+        " ORDER BY a.attnum",
+        (schema, name),
+    ).fetchall()
+    if not rows:
+        raise PlanError(f"{where}: table {schema}.{name} does not exist{_similar(conn, schema)}")
+    columns = []
+    for col, pg, is_enum in rows:
+        st = spark_type(pg, is_enum)
+        if st is None:
+            raise PlanError(
+                f"{where}: column {col} of {schema}.{name} has type {pg}, which connectql"
+                " cannot read"
+            )
+        columns.append((col, pg, st))
+    return Table(schema, name, tuple(columns), _primary_key(conn, schema, name))
+
+
+def _primary_key(conn, schema: str, name: str) -> tuple[str, ...]:
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+        " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary"
+        " ORDER BY array_position(i.indkey, a.attnum)",
+        (f'"{schema}"."{name}"',),
+    ).fetchall()
+    return tuple(r[0] for r in rows)
+
+
+def _similar(conn, schema: str) -> str:
+    rows = conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+        " ORDER BY 1 LIMIT 10",
+        (schema,),
+    ).fetchall()
+    names = [r[0] for r in rows]
+    return (
+        f" (tables in {schema}: {', '.join(names)})"
+        if names
+        else f" (schema {schema} has no tables)"
+    )
+
+
+def check_logical_decoding(conn, user: str | None, where: str) -> None:
+    """Change-data capture needs wal_level = logical and a role allowed to replicate."""
+    level = conn.execute("SHOW wal_level").fetchone()[0]
+    if level != "logical":
+        raise PlanError(
+            f"{where}: mode = 'cdc' needs wal_level = logical on the server, but it is {level}"
+            " (set it in postgresql.conf and restart, or use mode = 'incremental')"
+        )
+    allowed = conn.execute(
+        "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+    ).fetchone()[0]
+    if not allowed:
+        raise PlanError(
+            f"{where}: role '{user or 'current user'}' may not replicate: it needs the"
+            " REPLICATION attribute (ALTER ROLE ... REPLICATION) for mode = 'cdc'"
+        )
+
+
+def discover(cfg, cdc: bool, where: str) -> Table:
+    """At CREATE: the source's columns and key, checking what change-data capture needs."""
+    with connect(cfg.connection, autocommit=True) as conn:
+        if cdc:
+            check_logical_decoding(conn, cfg.connection.get("user"), where)
+        return describe_source(conn, cfg)
+
+
+def describe_source(conn, cfg) -> Table:
+    """The table a source reads, or the columns of its query (which has no key)."""
+    where = f"postgres source '{cfg.connector}'"
+    if not cfg.query:
+        return describe_table(conn, cfg.schema, cfg.table, where)
+    return describe_query(conn, cfg.query, where)
+
+
+def describe_query(conn, query: str, where: str) -> Table:
+    try:
+        cur = conn.execute(f"SELECT * FROM ({query}) q LIMIT 0")
+    except Exception as e:  # psycopg's error names the problem in the query
+        raise PlanError(f"{where}: the query fails: {str(e).strip().splitlines()[0]}") from None
+    columns = []
+    for col in cur.description:
+        pg = conn.execute("SELECT format_type(%s, NULL)", (col.type_code,)).fetchone()[0]
+        if pg == "numeric" and col.precision:
+            pg = f"numeric({col.precision},{col.scale or 0})"
+        st = spark_type(pg)
+        if st is None:
+            raise PlanError(
+                f"{where}: query column {col.name} has type {pg}, which connectql cannot read"
+            )
+        columns.append((col.name, pg, st))
+    return Table("", "query", tuple(columns), ())

@@ -26,3 +26,6 @@ def worker(spark, home):
     w = Worker(home)
     yield w
     w.close(stop_spark=False)
+
+
+from tests.pgserver import pg_logical, pg_shared  # noqa: E402, F401 (PostgreSQL fixtures)

@@ -68,7 +68,8 @@ def next_bound(
     row when fewer remain); None when no row follows `after`."""
     where, params = range_where(db, columns, after, None)
     order = _cols(db, columns)
-    texts = ", ".join(db.as_text(c) for c in columns)
+    # aliased: ORDER BY would otherwise sort the text values, which share the columns' names
+    texts = ", ".join(f"{db.as_text(c)} AS cq_bound_{i}" for i, c in enumerate(columns))
     found = db.rows(
         f"SELECT {texts} FROM (SELECT {order} FROM {src.relation}{where} ORDER BY {order}"
         f" LIMIT {int(rows)}) chunk ORDER BY {_desc(db, columns)} LIMIT 1",

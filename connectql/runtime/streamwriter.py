@@ -7,6 +7,7 @@ connectors can write one stream, and one batch can feed two streams (rows and de
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import uuid
@@ -17,6 +18,31 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from connectql.catalog.streams import append_files, committed_files
+from connectql.runtime.errors import short_error
+
+log = logging.getLogger("connectql.runtime")
+
+
+class BatchFailed(RuntimeError):
+    """A stream write failed; carries a short message, see concise()."""
+
+
+_INTERRUPTS = ("java.lang.InterruptedException", "java.nio.channels.ClosedByInterruptException")
+
+
+def concise(e: Exception) -> str:
+    """A short text for a failed write. Spark matches the message of a foreachBatch failure
+    with a backtracking regex (StreamExecution.PROXY_ERROR) that overflows the JVM's stack on
+    a long Java trace and kills the query thread without a termination event. A stop's
+    interruption keeps the one line Spark needs to see it as a stop."""
+    text = str(e)
+    log.error("writing a batch into a stream failed:\n%s", text)
+    for marker in _INTERRUPTS:
+        if f": {marker}" in text:
+            return (
+                f"py4j.protocol.Py4JJavaError: An error occurred while calling write.\n: {marker}"
+            )
+    return short_error(text)
 
 
 def writer_id(checkpoint: str | Path) -> str:
@@ -61,6 +87,8 @@ class StreamWriter:
             df = df.persist()
         try:
             counts = [self._write(o, o.select(df), batch_id) for o in todo]
+        except Exception as e:
+            raise BatchFailed(concise(e)) from None
         finally:
             if cached:
                 df.unpersist()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.types import ArrayType, StringType, StructType
 
-from connectql.connectors.pgdecode import (
+from connectql.connectors.postgres.pgdecode import (
     UNCHANGED_TOAST,
     Begin,
     Change,

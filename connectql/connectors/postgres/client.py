@@ -33,6 +33,8 @@ def connect(cfg: dict[str, Any], autocommit: bool = False, **kwargs) -> psycopg.
             connect_timeout=CONNECT_TIMEOUT_S,
             autocommit=autocommit,
             application_name="connectql",
+            # how logical decoding prints values depends on the reading session (pgdecode)
+            options="-c DateStyle=ISO -c TimeZone=UTC -c extra_float_digits=3",
             **kwargs,
         )
     except psycopg.OperationalError as e:

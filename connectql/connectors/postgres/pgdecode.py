@@ -1,11 +1,5 @@
 """Parse the text output of PostgreSQL's built-in ``test_decoding`` logical decoding plugin
-into Begin/Change/Commit records, and turn printed column values into Python values.
-
-Values are printed by PostgreSQL's type output functions, so they depend on the settings of the
-session that *peeks* the slot (not the one that wrote the rows). ``to_python`` expects
-``DateStyle = 'ISO'``, ``IntervalStyle = 'postgres'``, ``bytea_output = 'hex'`` (escape is
-also understood) and works for any ``TimeZone``, though ``'UTC'`` is the sensible choice.
-"""
+into Begin / Change / Commit records, and convert the printed column values to Python values."""
 
 from __future__ import annotations
 
@@ -73,6 +67,8 @@ _BEGIN_RE = re.compile(r"BEGIN(?: (\d+))?")
 _COMMIT_RE = re.compile(r"COMMIT(?: (\d+))?(?: \(at (.+)\))?")
 _OPS = {"INSERT": "c", "UPDATE": "u", "DELETE": "d"}
 _NO_TUPLE = "(no-tuple-data)"
+_ACTION_RE = re.compile(r"[A-Z]+")
+_BARE_IDENT_RE = re.compile(r"[^\s.:\[\]\"]+")
 
 
 def parse(data: str) -> Change | Begin | Commit | None:
@@ -105,7 +101,7 @@ def _parse_table_line(data: str) -> Change | None:
         parts.append(p.identifier())
     table = ".".join(parts)
     p.expect(": ")
-    m = re.compile(r"[A-Z]+").match(data, p.pos)
+    m = _ACTION_RE.match(data, p.pos)
     if not m:
         p.fail("expected an action")
     action = m.group(0)
@@ -175,7 +171,7 @@ class _Parser:
         """A quote_identifier() output: "quoted" (with "" doubling) or bare [a-z0-9_$]..."""
         if self.peek() == '"':
             return self.quoted('"')
-        m = re.compile(r"[^\s.:\[\]\"]+").match(self.text, self.pos)
+        m = _BARE_IDENT_RE.match(self.text, self.pos)
         if not m:
             self.fail("expected an identifier")
         self.pos = m.end()
@@ -281,7 +277,12 @@ def to_python(text: str | None, pg_type: str):
     bytea -> bytes, arrays (``type[]``) -> (nested) lists; other types (text, json, uuid,
     interval, enums, domains, ...) -> the str as printed. None and UNCHANGED_TOAST pass through.
     Dates/timestamps 'infinity'/'-infinity' become the max/min Python value; values Python
-    cannot represent (BC or year > 9999, time 24:00:00) raise ValueError."""
+    cannot represent (BC or year > 9999, time 24:00:00) raise ValueError.
+
+    Values are printed by the type output functions in the session that *peeks* the slot (not
+    the one that wrote the rows), so that session needs ``DateStyle = 'ISO'`` (timestamps,
+    dates), ``bytea_output`` 'hex' or 'escape' (both understood); any ``TimeZone`` works, 'UTC'
+    is the sensible one."""
     if text is None or text is UNCHANGED_TOAST:
         return text
     t = _normalize_type(pg_type)

@@ -1,0 +1,247 @@
+"""PostgreSQL servers for tests: a private throwaway instance with wal_level=logical (for
+logical decoding), the machine's shared one, and a helper to (re)create a database."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+
+import pytest
+
+PG_BIN = os.environ.get("CONNECTQL_PG_BIN", "/usr/lib/postgresql/15/bin")
+OS_USER = "postgres"
+
+
+def _conninfo(host: str, port: int, user: str, dbname: str) -> str:
+    return f"host={host} port={port} user={user} dbname={dbname}"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PrivatePostgres:
+    """A throwaway PostgreSQL cluster (initdb + postgres) run as the `postgres` OS user."""
+
+    host = "127.0.0.1"
+    user = "postgres"
+
+    def __init__(self, extra_settings: dict[str, str] | None = None, timeout: float = 30.0):
+        self.port: int | None = None
+        self.timeout = timeout
+        self.extra_settings = dict(extra_settings or {})
+        self.base: str | None = None
+        self.datadir: str | None = None
+        self.sockdir: str | None = None
+        self.logfile: str | None = None
+        self._running = False
+
+    # -- helpers --------------------------------------------------------------------------
+    def conninfo(self, dbname: str = "postgres") -> str:
+        if self.port is None:
+            raise RuntimeError("PrivatePostgres is not started")
+        return _conninfo(self.host, self.port, self.user, dbname)
+
+    def _run_as_postgres(self, args: list[str], **kw) -> subprocess.CompletedProcess:
+        cmd = list(args)
+        if os.geteuid() == 0:
+            cmd = ["runuser", "-u", OS_USER, "--", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+    def _log_tail(self, n: int = 40) -> str:
+        if not self.logfile or not os.path.exists(self.logfile):
+            return "(no log)"
+        try:
+            with open(self.logfile, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError as e:
+            return f"(cannot read log: {e})"
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> PrivatePostgres:
+        if self._running:
+            return self
+        self.base = tempfile.mkdtemp(prefix="connectql-pg-", dir="/tmp")
+        os.chmod(self.base, 0o755)
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam(OS_USER)
+            os.chown(self.base, pw.pw_uid, pw.pw_gid)
+        self.datadir = os.path.join(self.base, "data")
+        self.sockdir = os.path.join(self.base, "sock")
+        try:
+            self._run_as_postgres(["mkdir", "-p", self.sockdir], check=True)
+            r = self._run_as_postgres(
+                [
+                    os.path.join(PG_BIN, "initdb"),
+                    "-D",
+                    self.datadir,
+                    "-A",
+                    "trust",
+                    "-U",
+                    self.user,
+                    "--no-sync",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                ]
+            )
+            if r.returncode != 0:
+                raise RuntimeError(f"initdb failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+            for attempt in range(3):  # retry if the chosen port got taken in the meantime
+                self.port = _free_port()
+                err, port_clash = self._start_server(attempt)
+                if not err:
+                    self._running = True
+                    atexit.register(self.stop)  # in case the fixture's teardown never runs
+                    return self
+                self._pg_ctl_stop()
+                if not port_clash or attempt == 2:
+                    raise RuntimeError(err)
+        except BaseException:
+            try:
+                self._pg_ctl_stop()
+            finally:
+                self._cleanup_dir()
+            raise
+
+    def _start_server(self, attempt: int) -> tuple[str, bool]:
+        """Start the postmaster with `pg_ctl start -w` (which waits until *this* postmaster
+        accepts connections, or notices it died). Returns (error message or '', whether the
+        failure was a port clash, worth a retry on another port)."""
+        settings = {
+            "wal_level": "logical",
+            "max_replication_slots": "20",
+            "max_wal_senders": "20",
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "listen_addresses": "127.0.0.1",
+            **self.extra_settings,
+        }
+        opts = " ".join(f"-c {k}={v}" for k, v in settings.items())
+        opts += f" -p {self.port} -k {self.sockdir}"
+        # a log per attempt: a dying postmaster of an earlier attempt may still write to its log
+        self.logfile = os.path.join(self.base, f"server-{attempt}.log")
+        timeout = max(1, int(self.timeout))
+        pg_ctl = [os.path.join(PG_BIN, "pg_ctl"), "start", "-w", "-t", str(timeout)]
+        try:
+            r = self._run_as_postgres(
+                [*pg_ctl, "-D", self.datadir, "-l", self.logfile, "-o", opts],
+                timeout=timeout + 30,
+            )
+            failed = r.returncode != 0
+            detail = f"pg_ctl exited with {r.returncode}: {(r.stdout + r.stderr).strip()}"
+        except subprocess.TimeoutExpired:
+            failed, detail = True, "pg_ctl did not return"
+        tail = self._log_tail()
+        if failed:
+            clash = "could not bind" in tail or "could not create any TCP/IP sockets" in tail
+            return (
+                f"private PostgreSQL on port {self.port} failed to start (timeout {timeout}s; "
+                f"{detail})\n--- log tail ({self.logfile}) ---\n{tail}",
+                clash,
+            )
+        import psycopg
+
+        try:
+            with psycopg.connect(self.conninfo(), connect_timeout=10) as conn:
+                datadir = conn.execute("SHOW data_directory").fetchone()[0]
+        except psycopg.Error as e:
+            return f"private PostgreSQL on port {self.port} is up but refuses TCP: {e}", False
+        if os.path.realpath(datadir) != os.path.realpath(self.datadir):
+            return f"port {self.port} is served by another PostgreSQL ({datadir})", True
+        return "", False
+
+    def _pg_ctl_stop(self) -> None:
+        if self.datadir and os.path.exists(os.path.join(self.datadir, "postmaster.pid")):
+            self._run_as_postgres(
+                [os.path.join(PG_BIN, "pg_ctl"), "stop", "-D", self.datadir, "-m", "immediate"],
+                timeout=60,
+            )
+
+    def _cleanup_dir(self) -> None:
+        if self.base:
+            shutil.rmtree(self.base, ignore_errors=True)
+        self.base = self.datadir = self.sockdir = self.logfile = None
+
+    def stop(self) -> None:
+        atexit.unregister(self.stop)
+        if not self._running and self.base is None:
+            return
+        try:
+            self._pg_ctl_stop()
+        finally:
+            self._running = False
+            self._cleanup_dir()
+
+    def __enter__(self) -> PrivatePostgres:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class SharedPostgres:
+    """The machine's shared PostgreSQL (wal_level=replica: no logical decoding)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 5432, user: str = "postgres"):
+        self.host = host
+        self.port = port
+        self.user = user
+
+    def conninfo(self, dbname: str = "postgres") -> str:
+        return _conninfo(self.host, self.port, self.user, dbname)
+
+
+def create_database(conninfo: str, name: str) -> str:
+    """Drop (WITH (FORCE)) and create database `name` on the server of `conninfo`;
+    return a conninfo for the new database."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    params["dbname"] = name
+    return psycopg.conninfo.make_conninfo(**params)
+
+
+_logical: PrivatePostgres | None = None
+_logical_users = 0
+
+
+@pytest.fixture(scope="session")
+def pg_logical():
+    """A private PostgreSQL with wal_level=logical, for the whole test session.
+
+    One server per process even when the fixture is imported into several modules (pytest
+    then sees several definitions of it): they share it, the last one to finish stops it."""
+    global _logical, _logical_users
+    if _logical is None:
+        server = PrivatePostgres()
+        server.start()
+        _logical = server
+    _logical_users += 1
+    try:
+        yield _logical
+    finally:
+        _logical_users -= 1
+        if _logical_users == 0:
+            server, _logical = _logical, None
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_shared():
+    """The shared PostgreSQL at 127.0.0.1:5432."""
+    return SharedPostgres()

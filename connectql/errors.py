@@ -1,5 +1,7 @@
 """The error types every layer raises; each message names what is wrong and where."""
 
+import re
+
 
 class ConnectQLError(Exception):
     """Base of every error a user should see as a one-line message (no traceback)."""
@@ -28,3 +30,19 @@ class CatalogError(ConnectQLError):
 
 class StateError(ConnectQLError):
     """An illegal lifecycle transition for the connector's current state."""
+
+
+class PermanentError(ConnectQLError):
+    """A connector failure that a restart cannot fix (the connector goes straight to FAILED)."""
+
+
+class SchemaChanged(PermanentError):
+    """The captured table's columns changed upstream and schema.change says to stop."""
+
+
+def permanent_cause(text: str | None) -> str | None:
+    """'Name: message' of a PermanentError found in a failure's text (a Spark error carries the
+    Python traceback of the reader that raised it), or None."""
+    names = "|".join(c.__name__ for c in (PermanentError, *PermanentError.__subclasses__()))
+    m = re.search(rf"\b({names}): (.+)", text or "")
+    return f"{m.group(1)}: {m.group(2).strip()}" if m else None

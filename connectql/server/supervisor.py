@@ -9,6 +9,7 @@ import threading
 import time
 
 from connectql.catalog import states
+from connectql.errors import permanent_cause
 from connectql.runtime.errors import short_error
 
 log = logging.getLogger("connectql.supervisor")
@@ -74,18 +75,23 @@ class Supervisor:
             if state != "DROPPED":
                 cat.set_state(name, state, reason)
         elif error:
-            self.failed(name, short_error(error))
+            cause = permanent_cause(error)
+            self.failed(name, cause or short_error(error), permanent=cause is not None)
         else:
             cat.set_state(name, states.FINISHED, "all available data processed")
 
     # ------------------------------------------------------------------ restarts
-    def failed(self, name: str, message: str) -> None:
+    def failed(self, name: str, message: str, permanent: bool = False) -> None:
         """A query died or could not start: restart it later, or give up (FAILED)."""
         cat, message = self.worker.catalog, self.worker._scrub(message)
         if not cat.has_connector(name):
             return
         options = self.worker.options_of(name)
         attempt = self.attempts.get(name, 0) + 1
+        if permanent:
+            self.attempts.pop(name, None)
+            cat.set_state(name, states.FAILED, "a restart cannot fix this", error=message)
+            return
         if attempt > options["errors.retry.max"]:
             self.attempts.pop(name, None)
             cat.set_state(

@@ -22,15 +22,11 @@ from connectql.connectors.postgres.pgdecode import (
     to_python,
 )
 from connectql.connectors.postgres.types import arrow_schema
-from connectql.errors import ConnectQLError
+from connectql.errors import ConnectQLError, SchemaChanged
 
 PLUGIN_NAME = "test_decoding"
 DECODE_OPTIONS = "'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1'"
 SNAPSHOT_SEQ = 0  # changes count from 1 within their transaction, so snapshot rows sort first
-
-
-class SchemaChanged(ConnectQLError):
-    """The captured table's columns changed upstream (schema.change = 'fail')."""
 
 
 def lsn_int(text: str) -> int:

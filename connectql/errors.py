@@ -40,9 +40,18 @@ class SchemaChanged(PermanentError):
     """The captured table's columns changed upstream and schema.change says to stop."""
 
 
-def permanent_cause(text: str | None) -> str | None:
-    """'Name: message' of a PermanentError found in a failure's text (a Spark error carries the
-    Python traceback of the reader that raised it), or None."""
-    names = "|".join(c.__name__ for c in (PermanentError, *PermanentError.__subclasses__()))
+class SchemaEvolved(ConnectQLError):
+    """The captured table gained columns and schema.change = 'evolve': widen the stream."""
+
+
+def cause(text: str | None, *classes: type) -> str | None:
+    """'Name: message' of an error of one of `classes` (or their subclasses) found in a
+    failure's text (a Spark error carries the Python traceback of the reader that raised it)."""
+    found = {c for k in classes for c in (k, *k.__subclasses__())}
+    names = "|".join(sorted(c.__name__ for c in found))
     m = re.search(rf"\b({names}): (.+)", text or "")
     return f"{m.group(1)}: {m.group(2).strip()}" if m else None
+
+
+def permanent_cause(text: str | None) -> str | None:
+    return cause(text, PermanentError)

@@ -26,7 +26,7 @@ def read_parquet_rows(path, sql: str = "SELECT count(*), count(DISTINCT id) FROM
     if not files:
         return None
     con = duckdb.connect()
-    con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet({files!r})")
+    con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet({files!r}, union_by_name = true)")
     return con.execute(sql).fetchall()
 
 

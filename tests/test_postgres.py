@@ -149,7 +149,7 @@ def test_sink_errors_are_named_at_create(worker, pg_shared, db):
     )
     conn = connection(pg_shared, name)
     cases = {
-        "table = 'narrow'": "table public.narrow has no column v",
+        "table = 'narrow', 'auto.evolve' = false": "table public.narrow has no column v",
         "table = 'missing', 'auto.create' = false": "table public.missing does not exist",
         "table = 'nokey', mode = 'upsert', 'primary.key' = 'id'": "needs a primary key or unique",
         "table = 'x', mode = 'upsert'": "needs a key",
@@ -392,34 +392,65 @@ def _churn(info: str, stop: threading.Event, next_id: int) -> None:
             time.sleep(0.005)
 
 
-def test_cdc_schema_change_fail_stops_and_ignore_goes_on(worker, pg_logical, cdc_dbs):
-    (src, src_info), _ = cdc_dbs
-    sql(src_info, "CREATE TABLE a (id int PRIMARY KEY, v text)")
-    sql(src_info, "CREATE TABLE b (id int PRIMARY KEY, v text)")
-    sql(src_info, "INSERT INTO a VALUES (1, 'x'); INSERT INTO b VALUES (1, 'x')")
+def test_cdc_schema_change_evolve_fail_and_ignore(worker, pg_logical, cdc_dbs):
+    """A column added upstream while streaming: 'evolve' widens the stream and the upsert
+    sink's target, 'fail' stops the connector naming the column, 'ignore' leaves it out."""
+    (src, src_info), (dst, dst_info) = cdc_dbs
+    for t in ("a", "b", "c"):
+        sql(src_info, f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+        sql(src_info, f"INSERT INTO {t} VALUES (1, 'x')")
     conn = connection(pg_logical, src)
     run(
         worker,
         f"""
-        CREATE SOURCE CONNECTOR strict FROM postgres INTO a_s WITH ({conn}, table = 'a',
+        CREATE SOURCE CONNECTOR grow FROM postgres INTO a_s WITH ({conn}, table = 'a');
+        CREATE SINK CONNECTOR grown TO postgres FROM a_s WITH (
+          {connection(pg_logical, dst)}, table = 'a');
+        CREATE SOURCE CONNECTOR strict FROM postgres INTO b_s WITH ({conn}, table = 'b',
           'schema.change' = 'fail');
-        CREATE SOURCE CONNECTOR lax FROM postgres INTO b_s WITH ({conn}, table = 'b',
+        CREATE SOURCE CONNECTOR lax FROM postgres INTO c_s WITH ({conn}, table = 'c',
           'schema.change' = 'ignore');
         """,
     )
-    for s in ("a_s", "b_s"):
-        wait_until(lambda s=s: read_parquet_rows(worker.home / "streams" / s), 90, what=s)
-    for t in ("a", "b"):
+    streams = worker.home / "streams"
+    for s in ("a_s", "b_s", "c_s"):
+        wait_until(lambda s=s: read_parquet_rows(streams / s), 90, what=s)
+    wait_until(lambda: sql(dst_info, "SELECT count(*) FROM a") == [(1,)], 60, what="sink")
+    for t in ("a", "b", "c"):
         sql(src_info, f"ALTER TABLE {t} ADD COLUMN extra int")
         sql(src_info, f"INSERT INTO {t} VALUES (2, 'y', 42)")
     wait_until(lambda: state(worker, "strict").state == "FAILED", 60, what="strict FAILED")
     error = state(worker, "strict").last_error
     assert "SchemaChanged" in error and "new column(s) extra (integer)" in error
-    b_rows = worker.home / "streams/b_s"
     changes = "SELECT id, v FROM t WHERE __op = 'c'"
-    wait_until(lambda: read_parquet_rows(b_rows, changes), 60, what="lax goes on")
-    assert read_parquet_rows(b_rows, changes) == [(2, "y")]
+    wait_until(lambda: read_parquet_rows(streams / "c_s", changes), 60, what="lax goes on")
+    assert read_parquet_rows(streams / "c_s", changes) == [(2, "y")]
+    assert "extra" not in worker.catalog.get_stream("c_s").schema
     assert state(worker, "lax").state == "RUNNING"
+    # evolve: the stream and the target gain the column, and the row arrives with its value
+    evolved = [(1, "x", None), (2, "y", 42)]
+    wait_until(
+        lambda: _quietly(sql, dst_info, "SELECT id, v, extra FROM a ORDER BY id") == evolved,
+        90,
+        what="the evolved row in the target",
+    )
+    assert "`extra` INT" in worker.catalog.get_stream("a_s").schema
+    sql(src_info, "UPDATE a SET extra = 7 WHERE id = 1")
+    wait_until(
+        lambda: sql(dst_info, "SELECT extra FROM a WHERE id = 1") == [(7,)], 60, what="update"
+    )
+    assert {state(worker, n).state for n in ("grow", "grown")} == {"RUNNING"}
+    events = worker.catalog.query(
+        "SELECT reason FROM connector_events WHERE connector = 'grow' AND reason LIKE 'schema%'"
+    )[1]
+    assert events and "gained column(s) extra" in events[0][0]
+
+
+def _quietly(f, *args):
+    try:
+        return f(*args)
+    except psycopg.errors.UndefinedColumn:
+        return None
 
 
 def test_cdc_errors_name_the_problem(worker, pg_logical, cdc_dbs):

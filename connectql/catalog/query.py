@@ -20,7 +20,7 @@ def _stream_source(catalog: Catalog, name: str) -> exp.Expression:
         sql = empty_relation(s.schema_json)
     else:
         listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-        sql = f"SELECT * FROM read_parquet([{listed}])"
+        sql = f"SELECT * FROM read_parquet([{listed}], union_by_name = true)"
     return exp.paren(sqlglot.parse_one(sql, read="duckdb"), copy=False)
 
 

@@ -25,6 +25,7 @@ class SinkSettings:
     key: tuple[str, ...]
     delete_enabled: bool
     auto_create: bool
+    auto_evolve: bool = True
     writer_id: str = ""
     connector: str = ""
 
@@ -38,6 +39,7 @@ class SinkSettings:
             "key": list(self.key),
             "delete_enabled": self.delete_enabled,
             "auto_create": self.auto_create,
+            "auto_evolve": self.auto_evolve,
         }
         out = {"config": json.dumps(body, sort_keys=True)}
         if self.connection.get("password"):
@@ -58,6 +60,7 @@ class SinkSettings:
             key=tuple(body["key"]),
             delete_enabled=body["delete_enabled"],
             auto_create=body["auto_create"],
+            auto_evolve=body.get("auto_evolve", True),
             writer_id=options.get("connectql.writer", ""),
             connector=options.get("connectql.connector", ""),
         )

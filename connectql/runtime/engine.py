@@ -128,6 +128,9 @@ class Engine:
 
     def start(self, plan: Plan) -> None:
         spark = self.spark
+        # Python data source writers are looked up in the JVM thread's active session; a start
+        # from a restart timer's thread has none
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         df = _transformed(self._read(spark, plan), plan)
         df = df.observe(OBSERVED, F.count(F.lit(1)).alias("written"))
         writer = (

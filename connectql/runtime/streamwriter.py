@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from connectql.catalog.streams import append_files, committed_files
-from connectql.errors import permanent_cause
+from connectql.errors import PermanentError, SchemaEvolved, cause
 from connectql.runtime.errors import short_error
 
 log = logging.getLogger("connectql.runtime")
@@ -43,7 +43,7 @@ def concise(e: Exception) -> str:
             return (
                 f"py4j.protocol.Py4JJavaError: An error occurred while calling write.\n: {marker}"
             )
-    return permanent_cause(text) or short_error(text)
+    return cause(text, PermanentError, SchemaEvolved) or short_error(text)
 
 
 def writer_id(checkpoint: str | Path) -> str:

@@ -9,8 +9,9 @@ import threading
 import time
 
 from connectql.catalog import states
-from connectql.errors import permanent_cause
+from connectql.errors import SchemaEvolved, cause, permanent_cause
 from connectql.runtime.errors import short_error
+from connectql.server import evolution
 
 log = logging.getLogger("connectql.supervisor")
 
@@ -75,8 +76,12 @@ class Supervisor:
             if state != "DROPPED":
                 cat.set_state(name, state, reason)
         elif error:
-            cause = permanent_cause(error)
-            self.failed(name, cause or short_error(error), permanent=cause is not None)
+            evolved = cause(error, SchemaEvolved)
+            if evolved:
+                self._later(name, lambda: self._evolve(name, evolved, error))
+                return
+            permanent = permanent_cause(error)
+            self.failed(name, permanent or short_error(error), permanent=permanent is not None)
         else:
             cat.set_state(name, states.FINISHED, "all available data processed")
 
@@ -110,6 +115,23 @@ class Supervisor:
         timer.daemon = True
         self.timers[name] = timer
         timer.start()
+
+    def _later(self, name: str, action) -> None:
+        """Run `action` on a timer thread (not on Spark's listener thread)."""
+        timer = threading.Timer(0.05, action)
+        timer.daemon = True
+        self.timers[name] = timer
+        timer.start()
+
+    def _evolve(self, name: str, evolved: str, error: str) -> None:
+        self.timers.pop(name, None)
+        try:
+            if evolution.evolve(self.worker, name, evolved):
+                return
+        except Exception as e:
+            log.exception("evolving the schema of %s failed", name)
+            error = str(e)
+        self.failed(name, short_error(error))
 
     def _restart(self, name: str) -> None:
         self.timers.pop(name, None)

@@ -22,7 +22,7 @@ from connectql.connectors.postgres.pgdecode import (
     to_python,
 )
 from connectql.connectors.postgres.types import arrow_schema
-from connectql.errors import ConnectQLError, SchemaChanged
+from connectql.errors import ConnectQLError, SchemaChanged, SchemaEvolved
 
 PLUGIN_NAME = "test_decoding"
 DECODE_OPTIONS = "'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1'"
@@ -182,7 +182,12 @@ class _Rows:
 
     def _check_columns(self, change: Change) -> None:
         added = [c for c in change.values if c not in self.names]
-        if added and self.cfg.schema_change != "ignore":
+        if added and self.cfg.schema_change == "evolve":
+            raise SchemaEvolved(
+                f"table {change.table} has new column(s) "
+                + ", ".join(f"{c} ({change.types.get(c)})" for c in added)
+            )
+        if added and self.cfg.schema_change == "fail":
             raise SchemaChanged(
                 f"table {change.table} has new column(s) "
                 + ", ".join(f"{c} ({change.types.get(c)})" for c in added)

@@ -50,6 +50,13 @@ SINK_OPTIONS = {
                 doc="create the target table from the stream's columns when it does not exist",
             ),
             Option(
+                "auto.evolve",
+                "bool",
+                True,
+                doc="add columns the stream has and the target table lacks (e.g. after an"
+                " upstream schema change)",
+            ),
+            Option(
                 "delete.enabled",
                 "bool",
                 doc="apply __op = 'd' rows as deletes; default: true in upsert mode",
@@ -118,10 +125,11 @@ SOURCE_OPTIONS = {
             Option(
                 "schema.change",
                 "enum",
-                "fail",
-                choices=("fail", "ignore"),
-                doc="cdc: when the table gains or loses columns, 'fail' stops the connector"
-                " naming the change; 'ignore' drops columns the stream does not have",
+                "evolve",
+                choices=("evolve", "fail", "ignore"),
+                doc="cdc: when the table gains columns, 'evolve' adds them to the stream (and"
+                " sinks to their targets), 'fail' stops the connector naming the change,"
+                " 'ignore' leaves them out; dropped columns arrive as NULL ('fail' stops)",
             ),
         ]
     },
@@ -210,6 +218,7 @@ def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
         key=key,
         delete_enabled=(mode == "upsert") if delete is None else bool(delete),
         auto_create=opts["auto.create"],
+        auto_evolve=opts["auto.evolve"],
     )
     where = f"postgres sink into {schema}.{table}"
     return WriterSpec(

@@ -81,9 +81,16 @@ def prepare_target(s: SinkSettings, schema: StructType, where: str) -> None:
             _create_table(conn, s, cols, types)
             return
         missing = [c for c in cols if c not in existing]
-        if missing:
+        if missing and not s.auto_evolve:
             raise PlanError(
                 f"{where}: table {s.schema}.{s.table} has no column {', '.join(missing)}"
+                " (auto.evolve = false)"
+            )
+        for c in missing:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                    qualified(s.schema, s.table), _ident(c), sql.SQL(types[c])
+                )
             )
         if s.mode == "upsert" and not _has_unique(conn, s):
             raise PlanError(

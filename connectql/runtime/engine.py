@@ -80,7 +80,7 @@ class Engine:
         self.queries: dict[str, Any] = {}
         self.plans: dict[str, Plan] = {}
         self.finished: dict[str, threading.Event] = {}
-        self._by_id: dict[str, str] = {}
+        self._by_id: dict[str, str] = {}  # run id -> connector (a restart keeps the query id)
         self._stopping: set[str] = set()
         self._dead: dict[tuple[str, int], int] = {}  # (connector, batch) -> rows dead-lettered
         self._reported: dict[str, int] = {}  # query run id -> last batch id reported
@@ -148,7 +148,7 @@ class Engine:
             self.plans[plan.connector] = plan
             query = writer.start()
             self.queries[plan.connector] = query
-            self._by_id[str(query.id)] = plan.connector
+            self._by_id[str(query.runId)] = plan.connector
 
     def _to_writer(self, df, plan: Plan):
         w = plan.writer
@@ -195,7 +195,7 @@ class Engine:
             pass
         # report the end here: the listener's report can be minutes behind with many queries
         self._flush_progress(query)
-        self._terminated(str(query.id), None)
+        self._terminated(str(query.runId), None)
 
     def stop_all(self) -> None:
         for name in list(self.queries):
@@ -221,12 +221,12 @@ class Engine:
         self._flush_progress(query)
         if name not in self._stopping:  # a stop() in progress reports its own termination
             error = query.exception()
-            self._terminated(str(query.id), str(error) if error else None)
+            self._terminated(str(query.runId), str(error) if error else None)
         return event.wait(timeout)
 
-    def _terminated(self, query_id: str, exception: str | None) -> None:
+    def _terminated(self, run_id: str, exception: str | None) -> None:
         with self._lock:
-            name = self._by_id.pop(query_id, None)
+            name = self._by_id.pop(run_id, None)
             if name is None:
                 return
             self.queries.pop(name, None)
@@ -284,6 +284,6 @@ class _Listener(StreamingQueryListener):
 
     def onQueryTerminated(self, event):  # noqa: N802
         try:
-            self.engine._terminated(str(event.id), event.exception)
+            self.engine._terminated(str(event.runId), event.exception)
         except Exception:
             log.exception("handling query termination failed")

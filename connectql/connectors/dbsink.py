@@ -85,6 +85,12 @@ def target_columns(names: list[str], mode: str) -> list[str]:
     return [n for n in names if n not in META_COLUMNS]
 
 
+def staged_columns(names: list[str], mode: str) -> list[str]:
+    """The columns a batch stages: the target's, plus what an upsert orders and deletes by."""
+    keep = [c for c in ("__op", "__pos") if c in names] if mode == "upsert" else []
+    return target_columns(names, mode) + keep
+
+
 def check_columns(names: list[str], s: SinkSettings, where: str) -> None:
     missing = [k for k in s.key if k not in names]
     if missing:

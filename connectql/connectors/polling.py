@@ -62,11 +62,16 @@ def range_where(
 
 
 def next_bound(
-    db: Db, src: Source, columns: Sequence[str], after: Sequence[str] | None, rows: int
+    db: Db,
+    src: Source,
+    columns: Sequence[str],
+    after: Sequence[str] | None,
+    rows: int,
+    upto: Sequence[str] | None = None,
 ) -> list[str] | None:
     """The ordering columns' values (as text) of the rows-th row after `after` (or of the last
-    row when fewer remain); None when no row follows `after`."""
-    where, params = range_where(db, columns, after, None)
+    row up to `upto` when fewer remain); None when no row follows `after`."""
+    where, params = range_where(db, columns, after, upto)
     order = _cols(db, columns)
     # aliased: ORDER BY would otherwise sort the text values, which share the columns' names
     texts = ", ".join(f"{db.as_text(c)} AS cq_bound_{i}" for i, c in enumerate(columns))
@@ -75,6 +80,13 @@ def next_bound(
         f" LIMIT {int(rows)}) chunk ORDER BY {_desc(db, columns)} LIMIT 1",
         params,
     )
+    return list(found[0]) if found else None
+
+
+def last_key(db: Db, src: Source, columns: Sequence[str]) -> list[str] | None:
+    """The largest value of the ordering columns (as text); None for an empty table."""
+    texts = ", ".join(f"{db.as_text(c)} AS cq_bound_{i}" for i, c in enumerate(columns))
+    found = db.rows(f"SELECT {texts} FROM {src.relation} ORDER BY {_desc(db, columns)} LIMIT 1")
     return list(found[0]) if found else None
 
 
@@ -89,9 +101,8 @@ def read_range(
     after: Sequence[str] | None,
     upto: Sequence[str] | None,
 ) -> Iterator[pa.RecordBatch]:
-    where, params = range_where(db, columns, after, upto)
-    order = f" ORDER BY {_cols(db, columns)}" if columns else ""
-    sql = f"SELECT {db.select_list(src.schema)} FROM {src.relation}{where}{order}"
+    where, params = range_where(db, columns, after, upto)  # no ORDER BY: rows need no order
+    sql = f"SELECT {db.select_list(src.schema)} FROM {src.relation}{where}"
     yield from db.arrow(sql, params, src.schema)
 
 

@@ -132,6 +132,8 @@ class Engine:
         # from a restart timer's thread has none
         spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         df = _transformed(self._read(spark, plan), plan)
+        if plan.kind == "sink" and plan.tasks > 1:  # a stream's batch is often one file
+            df = df.repartition(plan.tasks)
         df = df.observe(OBSERVED, F.count(F.lit(1)).alias("written"))
         writer = (
             self._to_writer(df, plan)

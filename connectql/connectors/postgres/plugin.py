@@ -114,7 +114,7 @@ SOURCE_OPTIONS = {
             Option(
                 "poll.interval.ms",
                 "int",
-                doc="how often to look for new data; default 200 (cdc), 5000 (incremental, bulk)",
+                doc="how often to look for new data; default 100 (cdc), 5000 (incremental, bulk)",
             ),
             Option(
                 "batch.rows",
@@ -146,7 +146,7 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
     schema, table = (
         split_table(opts["table"], opts["schema"]) if opts.get("table") else (opts["schema"], None)
     )
-    poll = opts.get("poll.interval.ms") or (200 if mode == "cdc" else 5000)
+    poll = opts.get("poll.interval.ms") or (100 if mode == "cdc" else 5000)
     cfg = ReaderConfig(
         connection=connection_config(opts),
         schema=schema,

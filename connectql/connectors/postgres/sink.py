@@ -21,6 +21,7 @@ from connectql.connectors.dbsink import (
     check_columns,
     has_deletes,
     stage_name,
+    staged_columns,
     target_columns,
 )
 from connectql.connectors.postgres.client import connect, qualified
@@ -135,7 +136,7 @@ def _create_table(conn, s: SinkSettings, cols: list[str], types: dict[str, str])
 class PostgresStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, schema: StructType, options: dict[str, str]):
         self.s = SinkSettings.from_options(options)
-        self.names = schema.fieldNames()
+        self.names = staged_columns(schema.fieldNames(), self.s.mode)
         self.types = column_types(schema, f"sink connector '{self.s.connector}'")
         prepare_target(self.s, schema, f"sink connector '{self.s.connector}'")
 
@@ -154,7 +155,8 @@ class PostgresStreamWriter(DataSourceStreamArrowWriter):
             conn.execute(
                 sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(stage, sql.SQL(", ").join(defs))
             )
-            rows = _copy(conn, stage, [*self.names, SEQ_COLUMN], iterator, partition << 40)
+            batches = (rb.select(self.names) for rb in iterator)
+            rows = _copy(conn, stage, [*self.names, SEQ_COLUMN], batches, partition << 40)
         return Staged(name, rows)
 
     def commit(self, messages: list[Staged], batch_id: int) -> None:

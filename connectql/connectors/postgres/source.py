@@ -87,7 +87,8 @@ def default_slot(connector: str) -> str:
 
 
 class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets: cdc {"after": key text list or null, "lsn": int, "phase": "snapshot"|"stream"};
+    """Offsets: cdc {"after": last key read, "lsn": slot start or last commit, "phase":
+    "snapshot"|"stream", "upto": the snapshot's last key} (keys as text lists or null);
     incremental {"after": ordering text list or null}; bulk {"run": n}."""
 
     def __init__(self, schema: StructType, options: dict[str, str]):
@@ -141,7 +142,12 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"after": None}
         lsn = cdc.ensure_slot(self._connection(), self.cfg.slot)
         phase = "snapshot" if self.cfg.snapshot == "initial" else "stream"
-        return _cdc_offset(None, lsn, phase)
+        if phase == "stream" or not self.key:
+            return _cdc_offset(None, lsn, phase)
+        # the snapshot ends at the largest key now: rows added later arrive as changes (a
+        # snapshot chasing inserts would never end)
+        upto = polling.last_key(self._db(), self._src(), self.key)
+        return _cdc_offset(None, lsn, "snapshot" if upto else "stream", upto)
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self.available_now = True
@@ -177,8 +183,11 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if after is None
                 else self._to_stream(start)
             )
-        bound = polling.next_bound(self._db(), self._src(), key, after, self.cfg.batch_rows)
-        return _cdc_offset(bound, start["lsn"], "snapshot") if bound else self._to_stream(start)
+        upto = start.get("upto")
+        bound = polling.next_bound(self._db(), self._src(), key, after, self.cfg.batch_rows, upto)
+        if not bound:
+            return self._to_stream(start)
+        return _cdc_offset(bound, start["lsn"], "snapshot", upto)
 
     def _to_stream(self, start: dict) -> dict:
         return _cdc_offset(None, start["lsn"], "stream")
@@ -214,17 +223,32 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---------------------------------------------------------------- partitions and reads
     def partitions(self, start: dict, end: dict) -> list[Range]:
         if self.cfg.mode == "bulk":
-            return [Range("rows", None, None)] if end["run"] > start["run"] else []
+            return self._whole_table() if end["run"] > start["run"] else []
         if not self.cdc:
             return self._split(start["after"], end["after"], self.cfg.ordering)
         if start["phase"] == "snapshot":
-            upto = end["after"] if end["phase"] == "snapshot" else None
+            upto = end["after"] if end["phase"] == "snapshot" else start.get("upto")
             if start["after"] == []:  # a key-less table already read
                 return []
             return self._split(start["after"], upto or None, self.key, start["lsn"])
         if end["lsn"] <= start["lsn"]:
             return []
         return [Range("changes", None, None, start["lsn"], end["lsn"])]
+
+    def _whole_table(self) -> list[Range]:
+        """Bulk: the table in tasks.max key ranges when it has a single integer key."""
+        key = self.key if not self.cfg.query else []
+        if self.cfg.tasks <= 1 or len(key) != 1:
+            return [Range("rows", None, None)]
+        db = self._db()
+        top = db.rows(
+            f"SELECT {db.as_text(key[0])} FROM {self.cfg.relation()}"
+            f" ORDER BY {db.quote(key[0])} DESC LIMIT 1"
+        )
+        if not top:
+            return []
+        ranges = self._split(None, [top[0][0]], key)
+        return [*ranges[:-1], Range("rows", ranges[-1].after, None)]  # rows added since: last
 
     def _split(self, after, upto, columns, lsn: int = 0) -> list[Range]:
         if self.cfg.tasks <= 1 or len(columns) != 1 or upto is None:
@@ -242,7 +266,7 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield from cdc.read_changes(conn, self.cfg, self.schema, key, part)
                 return
             db = self._db(conn)
-            columns = list(self._meta(conn).key) if self.cdc else self.cfg.ordering
+            columns = self.cfg.ordering if self.cfg.mode == "incremental" else self._meta(conn).key
             rows = polling.read_range(db, self._src(), columns, part.after, part.upto)
             if not self.cdc:
                 yield from rows
@@ -251,5 +275,6 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield cdc.with_snapshot_columns(batch, self.cfg, self.schema, part.lsn_from)
 
 
-def _cdc_offset(after, lsn: int, phase: str) -> dict:
-    return {"after": after, "lsn": lsn, "phase": phase}  # fixed key order
+def _cdc_offset(after, lsn: int, phase: str, upto=None) -> dict:
+    """`after`: the last key read; `upto`: the snapshot's last key (fixed key order)."""
+    return {"after": after, "lsn": lsn, "phase": phase, "upto": upto}

@@ -161,6 +161,21 @@ def alive(proc: subprocess.Popen, p: dict, tag: str) -> None:
 # ------------------------------------------------------------------ the stream
 
 
+def catch_up(second: subprocess.Popen, p: dict, expected, started: float) -> None:
+    """Wait until the target equals the source (while the worker lives), then stop it."""
+
+    def caught_up():
+        alive(second, p, "second")
+        return checksum(p["dst"]) == expected
+
+    try:
+        wait_until(caught_up, timeout=120, every=0.5, what="target equal to source")
+    finally:
+        print(f"target {checksum(p['dst'])}, source {expected}")
+    print(f"target equals source at {time.monotonic() - started:.0f}s")
+    stop(second, p, "second")
+
+
 def stream_count(p: dict, where: str = "true") -> int:
     got = read_parquet_rows(p["home"] / "streams/changes", f"SELECT count(*) FROM t WHERE {where}")
     return got[0][0] if got else 0
@@ -332,17 +347,7 @@ def test_kill_during_the_snapshot_then_restart_copies_every_row_and_change_once(
                 writer.transaction()
             writer.stop()
             expected = checksum(p["src"])
-
-            def caught_up():
-                alive(second, p, "second")
-                return checksum(p["dst"]) == expected
-
-            try:
-                wait_until(caught_up, timeout=120, every=0.5, what="target equal to source")
-            finally:
-                print(f"target {checksum(p['dst'])}, source {expected}")
-            print(f"target equals source at {time.monotonic() - started:.0f}s")
-            stop(second, p, "second")
+            catch_up(second, p, expected, started)
     finally:
         writer.stop()
     assert "resumed from checkpoints: dst, src" in " ".join(
@@ -422,17 +427,7 @@ def test_kill_during_change_capture_then_restart_loses_and_repeats_no_change(pip
                 f"writer stopped at {time.monotonic() - started:.0f}s after"
                 f" {len(writer.committed)} transactions"
             )
-
-            def caught_up():
-                alive(second, p, "second")
-                return checksum(p["dst"]) == expected
-
-            try:
-                wait_until(caught_up, timeout=120, every=0.5, what="target equal to source")
-            finally:
-                print(f"target {checksum(p['dst'])}, source {expected}")
-            print(f"target equals source at {time.monotonic() - started:.0f}s")
-            stop(second, p, "second")
+            catch_up(second, p, expected, started)
     finally:
         writer.stop()
 

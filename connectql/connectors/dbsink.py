@@ -3,10 +3,10 @@ reach the target, staging-table names, and the order that picks the last change 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from connectql.connectors.options import from_spark_options, to_spark_options
 from connectql.errors import PlanError
 
 META_COLUMNS = ("__op", "__ts_ms", "__pos", "__source")  # change-data columns (DESIGN.md)
@@ -30,9 +30,8 @@ class SinkSettings:
     connector: str = ""
 
     def to_options(self) -> dict[str, str]:
-        conn = {k: v for k, v in self.connection.items() if k != "password"}
         body = {
-            "connection": conn,
+            "connection": self.connection,
             "schema": self.schema,
             "table": self.table,
             "mode": self.mode,
@@ -41,19 +40,13 @@ class SinkSettings:
             "auto_create": self.auto_create,
             "auto_evolve": self.auto_evolve,
         }
-        out = {"config": json.dumps(body, sort_keys=True)}
-        if self.connection.get("password"):
-            out["password"] = str(self.connection["password"])
-        return out
+        return to_spark_options(body)
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> SinkSettings:
-        body = json.loads(options["config"])
-        conn = dict(body["connection"])
-        if options.get("password"):
-            conn["password"] = options["password"]
+        body = from_spark_options(options)
         return cls(
-            connection=conn,
+            connection=body["connection"],
             schema=body["schema"],
             table=body["table"],
             mode=body["mode"],

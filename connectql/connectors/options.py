@@ -7,6 +7,7 @@ as Kafka Connect's ConfigDef does.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +153,25 @@ def validate(specs: dict[str, Option], given: dict[str, Any], where: str) -> dic
         elif spec.default is not None:
             out[name] = spec.default
     return out
+
+
+def to_spark_options(body: dict[str, Any]) -> dict[str, str]:
+    """A connector's settings as Spark data source options: JSON under 'config', with the
+    connection's password apart under 'password' (a key Spark redacts in plans and logs)."""
+    conn = dict(body.get("connection") or {})
+    password = conn.pop("password", None)
+    out = {"config": json.dumps({**body, "connection": conn}, sort_keys=True, default=list)}
+    if password:
+        out["password"] = str(password)
+    return out
+
+
+def from_spark_options(options: dict[str, str]) -> dict[str, Any]:
+    """The settings to_spark_options packed, password put back into the connection."""
+    body = json.loads(options["config"])
+    if options.get("password"):
+        body["connection"]["password"] = options["password"]
+    return body
 
 
 def suggest(word: str, candidates) -> str:

@@ -4,7 +4,6 @@ and `bulk` (the whole table each poll). Offsets are plain JSON; see the class do
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors import polling
 from connectql.connectors.dbsink import META_COLUMNS
+from connectql.connectors.options import from_spark_options, to_spark_options
 from connectql.connectors.postgres import cdc
 from connectql.connectors.postgres.client import connect, qualified
 from connectql.connectors.postgres.db import PgDb
@@ -44,18 +44,11 @@ class ReaderConfig:
     connector: str = ""
 
     def to_options(self) -> dict[str, str]:
-        body = {k: v for k, v in self.__dict__.items() if k != "connection"}
-        body["connection"] = {k: v for k, v in self.connection.items() if k != "password"}
-        out = {"config": json.dumps(body, sort_keys=True)}
-        if self.connection.get("password"):
-            out["password"] = str(self.connection["password"])
-        return out
+        return to_spark_options(dict(self.__dict__))
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> ReaderConfig:
-        body = json.loads(options["config"])
-        if options.get("password"):
-            body["connection"]["password"] = options["password"]
+        body = from_spark_options(options)
         body["connector"] = options.get("connectql.connector", "")
         if not body["slot"]:
             body["slot"] = default_slot(body["connector"])

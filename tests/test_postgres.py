@@ -135,6 +135,28 @@ def test_a_replayed_sink_batch_is_skipped_exactly_once(spark, home, pg_shared, d
     assert sql(info, "SELECT count(*), count(DISTINCT id) FROM appended") == [(1000, 1000)]
 
 
+def test_reset_offsets_of_a_postgres_sink_applies_its_stream_again(worker, pg_shared, db):
+    name, info = db
+    conn = connection(pg_shared, name)
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR gen FROM datagen INTO nums WITH ('rows.total' = 200,
+          run = 'once', fields = 'id BIGINT SEQUENCE');
+        CREATE SINK CONNECTOR app TO postgres FROM nums WITH ({conn}, table = 'app', run = 'once');
+        CREATE SINK CONNECTOR ups TO postgres FROM nums WITH ({conn}, table = 'ups',
+          'primary.key' = 'id', run = 'once');
+        """,
+    )
+    worker.wait_for_once()
+    for c in ("app", "ups"):
+        run(worker, f"RESET CONNECTOR {c} OFFSETS; RESTART CONNECTOR {c}")
+    worker.wait_for_once()
+    assert sql(info, "SELECT count(*), count(DISTINCT id) FROM app") == [(400, 200)]
+    assert sql(info, "SELECT count(*), count(DISTINCT id) FROM ups") == [(200, 200)]
+    assert sql(info, "SELECT count(*) FROM connectql_sink_progress") == [(4,)]
+
+
 def test_sink_errors_are_named_at_create(worker, pg_shared, db):
     name, info = db
     sql(info, "CREATE TABLE narrow (id bigint)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from connectql.errors import StateError, ValidationError
+from connectql.errors import ConnectQLError, StateError, ValidationError
 from connectql.server.supervisor import backoff_ms
 from connectql.server.worker import Worker
 from tests.helpers import read_parquet_rows, run, wait_until
@@ -102,6 +102,30 @@ def test_reset_offsets_of_a_running_connector_names_its_state(worker):
     run(worker, "CREATE SOURCE CONNECTOR g FROM datagen INTO s WITH ('rows.per.second' = 10)")
     with pytest.raises(StateError, match="connector 'g' is RUNNING: reset offsets needs it to be"):
         run(worker, "RESET CONNECTOR g OFFSETS")
+
+
+def test_reset_offsets_makes_a_source_start_over_and_a_file_sink_refuses(worker, tmp_path):
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR g FROM datagen INTO s WITH ('rows.total' = 500, run = 'once',
+          fields = 'id BIGINT SEQUENCE');
+        CREATE SINK CONNECTOR f TO file FROM s WITH (path = '{tmp_path / "out"}', run = 'once');
+        """,
+    )
+    worker.wait_for_once()
+    stream = worker.home / "streams/s"
+    assert read_parquet_rows(stream) == [(500, 500)]
+    with pytest.raises(ConnectQLError, match="a file sink cannot start over"):
+        run(worker, "RESET CONNECTOR f OFFSETS")
+    result = run(worker, "RESET CONNECTOR g OFFSETS")[0]
+    assert "starts from the beginning" in result.message
+    assert not (worker.home / "checkpoints/g").exists()
+    assert worker.catalog.get_connector("g").state == "FINISHED"
+    run(worker, "RESTART CONNECTOR g")
+    worker.wait_for_once()
+    assert read_parquet_rows(stream) == [(1000, 500)]  # every id again, as new batches
+    assert "offsets reset by user" in [e[2] for e in events(worker, "g")]
 
 
 def test_initial_state_paused_creates_without_starting(worker):

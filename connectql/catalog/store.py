@@ -197,6 +197,13 @@ class Catalog:
                 )
             return current
 
+    def log_event(self, name: str, state: str, reason: str) -> None:
+        """An event that changes no state (e.g. offsets reset)."""
+        self.execute(
+            "INSERT INTO connector_events VALUES (?,?,?,?,?,?)",
+            [now(), name, state, state, reason, None],
+        )
+
     def set_desired(self, name: str, desired: str) -> None:
         self.execute(
             "UPDATE connectors SET desired_state = ?, updated_at = ? WHERE name = ?",

@@ -3,6 +3,7 @@ each needs are checked in catalog/states.py."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from typing import Any
 
@@ -39,10 +40,23 @@ def restart(worker, entry) -> Result:
 
 
 def reset_offsets(worker, entry) -> Result:
-    raise ConnectQLError(
-        "RESET CONNECTOR ... OFFSETS is not supported yet: a stream's file sink skips batch ids"
-        " it has already committed, so a connector started from an empty checkpoint would"
-        " silently write nothing (drop and re-create it with a new name instead)"
+    """Forget the connector's offsets: its next start reads from the beginning (a source
+    re-snapshots; a database sink re-applies its stream). The new checkpoint gets a new writer
+    id, so the batches it writes are new ones, not replays."""
+    plan = worker._plan(entry)
+    if plan.kind == "sink" and plan.writer.path:
+        raise ConnectQLError(
+            f"RESET CONNECTOR {entry.name} OFFSETS: a {plan.type} sink cannot start over, since"
+            f" Spark's file sink at {plan.writer.path} skips batch ids it has committed; drop"
+            " the connector and create it again with a new path"
+        )
+    cleanup = worker._cleanup(entry)  # e.g. a replication slot: the next start makes a new one
+    shutil.rmtree(plan.checkpoint, ignore_errors=True)
+    worker.catalog.execute("DELETE FROM connector_offsets WHERE connector = ?", [entry.name])
+    worker.catalog.log_event(entry.name, entry.state, "offsets reset by user")
+    return Result(
+        f"reset the offsets of connector {entry.name}; it starts from the beginning when"
+        f" resumed or restarted" + (f"; {cleanup}" if cleanup else "")
     )
 
 

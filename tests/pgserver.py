@@ -166,6 +166,16 @@ class PrivatePostgres:
                 timeout=60,
             )
 
+    def halt(self) -> None:
+        """Stop the server and keep its data: an outage, until resume()."""
+        self._pg_ctl_stop()
+
+    def resume(self) -> None:
+        """Start a halted server again, on the same port."""
+        error, _clash = self._start_server(attempt=99)
+        if error:
+            raise RuntimeError(error)
+
     def _cleanup_dir(self) -> None:
         if self.base:
             shutil.rmtree(self.base, ignore_errors=True)

@@ -8,6 +8,7 @@ _PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$", 
 _JAVA_ERROR = re.compile(
     r"^\s*(?:: |Caused by: )?([\w$]+(?:\.[\w$]+)+(?:Exception|Error)): (.+)$", re.MULTILINE
 )
+_TRACEBACK = "Traceback (most recent call last):"
 _CONDITION = re.compile(r"\[([A-Z_]+(?:\.[A-Z_]+)*)\]")
 
 
@@ -34,21 +35,32 @@ def short_error(text: str | None, limit: int = 500) -> str:
     text carries a Python traceback, else the first line with Spark's error condition."""
     if not text:
         return ""
+    python = _python_error(text)
     spark = _spark_condition(text)
     if spark:
+        if python and spark.endswith(_TRACEBACK):  # Spark's line ends where Python's begins
+            spark = f"{spark[: -len(_TRACEBACK)].rstrip()} {python}"
         return spark[:limit]
-    if "Traceback (most recent call last)" in text:
-        found = [m for m in _PY_ERROR.finditer(text) if "Traceback" not in m.group(0)]
-        python = [m for m in found if "py4j" not in m.group(1).lower()]
-        if python:
-            m = python[-1]
-            return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"[:limit]
+    if python:
+        return python[:limit]
     first = text.strip().splitlines()[0]
     if first.startswith("An error occurred while calling"):  # py4j: the Java exception follows
         m = _JAVA_ERROR.search(text)
         if m:
             return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"[:limit]
     return first[:limit]
+
+
+def _python_error(text: str) -> str | None:
+    """'Type: message' of the last Python exception in a traceback within `text`."""
+    if _TRACEBACK not in text:
+        return None
+    found = [m for m in _PY_ERROR.finditer(text) if "Traceback" not in m.group(0)]
+    python = [m for m in found if "py4j" not in m.group(1).lower()]
+    if not python:
+        return None
+    m = python[-1]
+    return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"
 
 
 def error_class(text: str | None) -> str | None:

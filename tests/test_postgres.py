@@ -3,6 +3,7 @@ incremental and bulk sources, change-data capture, schema changes, and every bad
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -155,6 +156,44 @@ def test_reset_offsets_of_a_postgres_sink_applies_its_stream_again(worker, pg_sh
     assert sql(info, "SELECT count(*), count(DISTINCT id) FROM app") == [(400, 200)]
     assert sql(info, "SELECT count(*), count(DISTINCT id) FROM ups") == [(200, 200)]
     assert sql(info, "SELECT count(*) FROM connectql_sink_progress") == [(4,)]
+
+
+def test_rows_the_target_rejects_go_to_the_dead_letter_stream(worker, pg_shared, db):
+    name, info = db
+    for t in ("strict", "tolerant"):
+        sql(info, f"CREATE TABLE {t} (id bigint PRIMARY KEY, qty int CHECK (qty <= 100))")
+    conn = connection(pg_shared, name)
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR gen FROM datagen INTO nums WITH ('rows.total' = 2000,
+          run = 'once', seed = 5, fields = 'id BIGINT SEQUENCE, qty INT RANDOM(1, 120)');
+        CREATE SINK CONNECTOR tolerant TO postgres FROM nums WITH ({conn}, table = 'tolerant',
+          'primary.key' = 'id', run = 'once', 'tasks.max' = 2,
+          'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'rejects');
+        CREATE SINK CONNECTOR strict TO postgres FROM nums WITH ({conn}, table = 'strict',
+          run = 'once', 'errors.retry.max' = 0);
+        """,
+    )
+    worker.wait_for_once()
+    over = read_parquet_rows(worker.home / "streams/nums", "SELECT count(*) FROM t WHERE qty > 100")
+    assert over[0][0] > 0
+    assert sql(info, "SELECT count(*), max(qty) FROM tolerant") == [(2000 - over[0][0], 100)]
+    letters = run(
+        worker,
+        "SELECT connector, stage, error_class, raw_record, source_offset FROM rejects",
+    )[0].rows
+    assert len(letters) == over[0][0]
+    assert {(c, s, e) for c, s, e, _r, _o in letters} == {("tolerant", "write", "CheckViolation")}
+    assert all(json.loads(raw)["qty"] > 100 for *_x, raw, _o in letters)
+    assert all("batch" in json.loads(offset) for *_x, offset in letters)
+    counts = worker.catalog.query(
+        "SELECT rows_total, rows_written, rows_dead_lettered FROM connectors WHERE name = 'tolerant'"
+    )[1]
+    assert counts == [(2000, 2000 - over[0][0], over[0][0])]
+    strict = worker.catalog.get_connector("strict")
+    assert strict.state == "FAILED" and "violates check constraint" in strict.last_error
+    assert sql(info, "SELECT count(*) FROM strict") == [(0,)]
 
 
 def test_sink_errors_are_named_at_create(worker, pg_shared, db):

@@ -124,3 +124,19 @@ def append_files(stream_path: str | Path, files: list[Path]) -> int:
                 continue
             finally:
                 tmp.unlink()
+
+
+def append_table(stream_path: str | Path, name: str, table) -> bool:
+    """Write an Arrow table as `<name>.parquet` into a stream and commit it, once: a file of that
+    name already committed (a replayed batch) is left as it is. True when it was written."""
+    import pyarrow.parquet as pq
+
+    stream = Path(stream_path)
+    target = stream / f"{name}.parquet"
+    if any(Path(f).name == target.name for f in committed_files(stream)):
+        return False
+    tmp = stream / f".{name}.{os.getpid()}.tmp"
+    pq.write_table(table, tmp)
+    tmp.replace(target)
+    append_files(stream, [target])
+    return True

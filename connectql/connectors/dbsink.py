@@ -28,6 +28,7 @@ class SinkSettings:
     auto_evolve: bool = True
     writer_id: str = ""
     connector: str = ""
+    deadletter: str | None = None  # dead-letter stream path (errors.tolerance = 'all')
 
     def to_options(self) -> dict[str, str]:
         body = {
@@ -56,6 +57,7 @@ class SinkSettings:
             auto_evolve=body.get("auto_evolve", True),
             writer_id=options.get("connectql.writer", ""),
             connector=options.get("connectql.connector", ""),
+            deadletter=options.get("connectql.deadletter") or None,
         )
 
 
@@ -91,6 +93,11 @@ def check_columns(names: list[str], s: SinkSettings, where: str) -> None:
             f"{where}: key column {', '.join(missing)} is not in the stream's columns"
             f" ({', '.join(names)})"
         )
+
+
+def deadletter_name(writer_id: str, batch_id: int) -> str:
+    """The file of a batch's rejected rows in the dead-letter stream (one per batch, once)."""
+    return f"{writer_id}-b{batch_id}-rejected"
 
 
 def stage_name(writer_id: str, batch_id: int, partition: int) -> str:

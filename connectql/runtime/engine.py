@@ -9,6 +9,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from pyspark.errors import PySparkException, StreamingQueryException
@@ -17,6 +18,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.types import StructType
 
 from connectql.connectors.base import ReaderSpec
+from connectql.connectors.dbsink import deadletter_name
 from connectql.errors import PlanError
 from connectql.planner.plan import STREAM_WRITER, Plan
 from connectql.runtime import deadletters
@@ -166,6 +168,8 @@ class Engine:
             "connectql.writer": writer_id(plan.checkpoint),
             "connectql.connector": plan.connector,
         }
+        if plan.deadletter_path:
+            ids["connectql.deadletter"] = plan.deadletter_path
         return writer.options(**ids)
 
     def _stream_batch(self, plan: Plan, batch_id: int, rows: dict[str, int]) -> None:
@@ -253,11 +257,22 @@ class Engine:
                 return
             self._reported[run] = p.batchId
         dead = self._dead.pop((name, p.batchId), 0)
+        if plan.kind == "sink" and plan.deadletter_path:
+            dead = rejected_rows(plan, p.batchId)
         self.on_progress(name, progress_row(p, plan.reader.lag_field, dead))
 
     def _flush_progress(self, query) -> None:
         for p in query.recentProgress:
             self._progress(p)
+
+
+def rejected_rows(plan: Plan, batch_id: int) -> int:
+    """Rows a database sink's batch sent to its dead-letter stream (connectors/dbsink.py)."""
+    import pyarrow.parquet as pq
+
+    name = deadletter_name(writer_id(plan.checkpoint), batch_id) + ".parquet"
+    path = Path(plan.deadletter_path) / name
+    return pq.ParquetFile(path).metadata.num_rows if path.exists() else 0
 
 
 def _transformed(df, plan: Plan):

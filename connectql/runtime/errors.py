@@ -56,11 +56,26 @@ def _python_error(text: str) -> str | None:
     if _TRACEBACK not in text:
         return None
     found = [m for m in _PY_ERROR.finditer(text) if "Traceback" not in m.group(0)]
+    found += _exception_lines(text)
     python = [m for m in found if "py4j" not in m.group(1).lower()]
     if not python:
         return None
-    m = python[-1]
+    m = max(python, key=lambda m: m.start())
     return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"
+
+
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*): (.+)$", re.MULTILINE)
+
+
+def _exception_lines(text: str) -> list[re.Match]:
+    """The line that ends each Python traceback (`module.Type: message`), whatever the type's
+    name: the first unindented line after the indented frames."""
+    found = []
+    for block in re.finditer(r"Traceback \(most recent call last\):\n((?:[ \t].*\n)+)", text):
+        m = _EXCEPTION_LINE.match(text, block.end())
+        if m is not None:
+            found.append(m)
+    return found
 
 
 def error_class(text: str | None) -> str | None:

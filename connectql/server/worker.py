@@ -176,7 +176,10 @@ class Worker:
                 return Result(f"connector {entry.name} exists; left as it is")
             raise CatalogError(f"connector '{entry.name}' already exists")
         plan = self._plan(entry)
-        plan, created_streams = self._bind_stream(plan) if entry.kind == "source" else (plan, [])
+        if entry.kind == "source":
+            plan, created_streams = self._bind_stream(plan)
+        else:
+            created_streams = self._bind_deadletters(plan)
         if plan.writer.check:
             plan.writer.check(self.engine.sink_schema(plan))
         entry = replace(entry, type=plan.type, stream=plan.stream, tasks=plan.tasks)
@@ -243,11 +246,15 @@ class Worker:
         created = self._register(
             plan.stream, plan.writer.path, struct, plan.connector, plan.reader.key
         )
-        if plan.deadletter:
-            dead = self.engine.resolve_schema(ReaderSpec("parquet", schema=DEADLETTER_DDL))
-            self._check_schema(plan.deadletter, dead, plan.connector)
-            created += self._register(plan.deadletter, plan.deadletter_path, dead, plan.connector)
-        return plan, created
+        return plan, created + self._bind_deadletters(plan)
+
+    def _bind_deadletters(self, plan: Plan) -> list[str]:
+        """Create (or check) the plan's dead-letter stream; the names of the streams created."""
+        if not plan.deadletter:
+            return []
+        dead = self.engine.resolve_schema(ReaderSpec("parquet", schema=DEADLETTER_DDL))
+        self._check_schema(plan.deadletter, dead, plan.connector)
+        return self._register(plan.deadletter, plan.deadletter_path, dead, plan.connector)
 
     def _register(self, name: str, path: str, struct, connector: str, key=()) -> list[str]:
         stream = self.catalog.find_stream(name)

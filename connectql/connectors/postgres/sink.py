@@ -4,21 +4,26 @@ a replayed batch is skipped (exactly-once)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
+import psycopg
 import pyarrow as pa
 from psycopg import sql
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from connectql.catalog.streams import append_table
 from connectql.connectors.dbsink import (
     PROGRESS_TABLE,
     SEQ_COLUMN,
     SinkSettings,
     change_order,
     check_columns,
+    deadletter_name,
     has_deletes,
     stage_name,
     staged_columns,
@@ -166,9 +171,23 @@ class PostgresStreamWriter(DataSourceStreamArrowWriter):
                 _drop(conn, self.s, stages)
                 return
             if stages:
-                merge(conn, self.s, self.names, stages)
+                self._apply(conn, stages, batch_id)
             _record(conn, self.s, batch_id)
             _drop(conn, self.s, stages)
+
+    def _apply(self, conn, stages: list[str], batch_id: int) -> None:
+        """Merge the batch; with a dead-letter stream, rows the target rejects go there (in the
+        same commit, before the batch counts as done) and the others are written."""
+        source = _union(self.s, stages)
+        try:
+            with conn.transaction():  # a savepoint: a rejected batch leaves nothing behind
+                merge(conn, self.s, self.names, source)
+        except REJECTED:
+            if not self.s.deadletter:
+                raise
+            rejected = isolate(conn, self.s, self.names, source)
+            name = deadletter_name(self.s.writer_id, batch_id)
+            append_table(self.s.deadletter, name, dead_letters(self.s, batch_id, rejected))
 
     def abort(self, messages: list[Staged], batch_id: int) -> None:
         stages = [m.table for m in messages if m is not None and m.table]
@@ -215,12 +234,84 @@ def _drop(conn, s: SinkSettings, stages: list[str]) -> None:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(qualified(s.schema, name)))
 
 
-def merge(conn, s: SinkSettings, names: list[str], stages: list[str]) -> None:
-    """Apply the staged rows to the target inside the caller's transaction."""
-    target = qualified(s.schema, s.table)
-    union = sql.SQL(" UNION ALL ").join(
+def _union(s: SinkSettings, stages: list[str]) -> sql.Composed:
+    return sql.SQL(" UNION ALL ").join(
         sql.SQL("SELECT * FROM {}").format(qualified(s.schema, t)) for t in stages
     )
+
+
+# what a target rejects row by row (constraint, type, length), as opposed to transient errors
+REJECTED = (psycopg.errors.DataError, psycopg.errors.IntegrityError)
+
+
+def isolate(conn, s: SinkSettings, names: list[str], source) -> list[tuple[str, int, Exception]]:
+    """Write every row of `source` the target accepts, in change order, splitting the rows in
+    halves until each rejected one stands alone; returns (row as JSON, seq, error) for those."""
+    conn.execute("DROP TABLE IF EXISTS cq_all")
+    order = sql.SQL(", ").join(_ident(c) for c in change_order(names))
+    conn.execute(
+        sql.SQL(
+            "CREATE TEMP TABLE cq_all ON COMMIT DROP AS SELECT *, row_number() OVER (ORDER BY {})"
+            " AS cq_n FROM ({}) src"
+        ).format(order, source)
+    )
+    total = conn.execute("SELECT count(*) FROM cq_all").fetchone()[0]
+    rejected: list[tuple[str, int, Exception]] = []
+    cols = _columns([*names, SEQ_COLUMN])
+
+    def attempt(lo: int, hi: int) -> None:
+        part = sql.SQL("SELECT {} FROM cq_all WHERE cq_n BETWEEN {} AND {}").format(
+            cols, sql.Literal(lo), sql.Literal(hi)
+        )
+        try:
+            with conn.transaction():
+                merge(conn, s, names, part)
+        except REJECTED as e:
+            if lo == hi:
+                row = conn.execute(
+                    sql.SQL("SELECT row_to_json(r)::text, r.{} FROM ({}) r").format(
+                        _ident(SEQ_COLUMN), part
+                    )
+                ).fetchone()
+                rejected.append((row[0], row[1], e))
+                return
+            mid = (lo + hi) // 2
+            attempt(lo, mid)
+            attempt(mid + 1, hi)
+
+    if total:
+        attempt(1, total)
+    return rejected
+
+
+def dead_letters(s: SinkSettings, batch_id: int, rejected) -> pa.Table:
+    now = datetime.now(timezone.utc)
+    rows = [
+        {
+            "connector": s.connector,
+            "stage": "write",
+            "source_offset": json.dumps({"batch": batch_id, "row": seq}),
+            "error_class": type(e).__name__,
+            "error_message": str(e).strip().splitlines()[0],
+            "raw_record": raw,
+            "time": now,
+        }
+        for raw, seq, e in rejected
+    ]
+    return pa.Table.from_pylist(rows, schema=DEADLETTER_SCHEMA)
+
+
+DEADLETTER_SCHEMA = pa.schema(
+    [(n, pa.string()) for n in ("connector", "stage", "source_offset", "error_class")]
+    + [("error_message", pa.string()), ("raw_record", pa.string())]
+    + [("time", pa.timestamp("us", tz="UTC"))]
+)
+
+
+def merge(conn, s: SinkSettings, names: list[str], union) -> None:
+    """Apply the rows of `union` (a SELECT of staged rows) to the target inside the caller's
+    transaction."""
+    target = qualified(s.schema, s.table)
     cols = target_columns(names, s.mode)
     if s.mode == "append":
         conn.execute(
@@ -236,6 +327,7 @@ def merge(conn, s: SinkSettings, names: list[str], stages: list[str]) -> None:
             *(sql.SQL("{} DESC").format(_ident(c)) for c in change_order(names)),
         ]
     )
+    conn.execute("DROP TABLE IF EXISTS cq_last")
     conn.execute(
         sql.SQL(
             "CREATE TEMP TABLE cq_last ON COMMIT DROP AS SELECT DISTINCT ON ({}) * FROM ({}) src"

@@ -11,16 +11,15 @@ is left at the server default (NO_LOG: row events carry no column names); it is 
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import tempfile
 import time
 
 import pytest
+
+from tests.servers import PrivateServer, shared
 
 MARIADBD = os.environ.get("CONNECTQL_MARIADBD", shutil.which("mariadbd") or "/usr/sbin/mariadbd")
 INSTALL_DB = os.environ.get(
@@ -29,33 +28,17 @@ INSTALL_DB = os.environ.get(
 )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _quote_ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-class PrivateMariaDB:
+class PrivateMariaDB(PrivateServer):
     """A throwaway MariaDB server (mariadb-install-db + mariadbd) with ROW binary logging."""
 
-    host = "127.0.0.1"
     user = "root"
     password = ""
-
-    def __init__(self, extra_settings: dict[str, str] | None = None, timeout: float = 30.0):
-        self.port: int | None = None
-        self.timeout = timeout
-        self.extra_settings = dict(extra_settings or {})
-        self.base: str | None = None
-        self.datadir: str | None = None
-        self.socket: str | None = None
-        self.logfile: str | None = None
-        self.proc: subprocess.Popen | None = None
-        self._running = False
+    prefix = "connectql-mariadb-"
+    proc: subprocess.Popen | None = None
 
     # -- helpers --------------------------------------------------------------------------
     def connect(self, database: str | None = None, **kwargs):
@@ -82,62 +65,29 @@ class PrivateMariaDB:
             raise RuntimeError("PrivateMariaDB is not started")
         return {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
 
-    def _log_tail(self, n: int = 40) -> str:
-        if not self.logfile or not os.path.exists(self.logfile):
-            return "(no log)"
-        try:
-            with open(self.logfile, errors="replace") as f:
-                return "".join(f.readlines()[-n:])
-        except OSError as e:
-            return f"(cannot read log: {e})"
-
-    # -- lifecycle ------------------------------------------------------------------------
-    def start(self) -> PrivateMariaDB:
-        if self._running:
-            return self
-        self.base = tempfile.mkdtemp(prefix="connectql-mariadb-", dir="/tmp")
-        os.chmod(self.base, 0o755)
-        self.datadir = os.path.join(self.base, "data")
+    def _prepare(self) -> None:
         self.socket = os.path.join(self.base, "mysqld.sock")
         try:
-            try:
-                r = subprocess.run(
-                    [
-                        INSTALL_DB,
-                        "--no-defaults",
-                        f"--datadir={self.datadir}",
-                        "--user=root",
-                        "--auth-root-authentication-method=normal",
-                        "--skip-test-db",
-                        "--skip-name-resolve",
-                    ],
-                    capture_output=True,
-                    text=True,
-                    timeout=self.timeout + 60,
-                )
-            except subprocess.TimeoutExpired as e:
-                raise RuntimeError(f"mariadb-install-db did not return: {e}") from None
-            if r.returncode != 0:
-                raise RuntimeError(
-                    f"mariadb-install-db failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-                )
-            for attempt in range(3):  # retry if the chosen port got taken in the meantime
-                self.port = _free_port()
-                err, port_clash = self._start_server(attempt)
-                if not err:
-                    self._running = True
-                    atexit.register(self.stop)  # in case the fixture's teardown never runs
-                    return self
-                self._kill_server()
-                if not port_clash or attempt == 2:
-                    raise RuntimeError(err)
-        except BaseException:
-            try:
-                self._kill_server()
-            finally:
-                self._cleanup_dir()
-            raise
-        raise AssertionError("unreachable")
+            r = subprocess.run(
+                [
+                    INSTALL_DB,
+                    "--no-defaults",
+                    f"--datadir={self.datadir}",
+                    "--user=root",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                    "--skip-name-resolve",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout + 60,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise RuntimeError(f"mariadb-install-db did not return: {e}") from None
+        if r.returncode != 0:
+            raise RuntimeError(
+                f"mariadb-install-db failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+            )
 
     def _server_args(self) -> list[str]:
         settings = {
@@ -228,7 +178,7 @@ class PrivateMariaDB:
                 )
             time.sleep(0.1)
 
-    def _kill_server(self, graceful: bool = False) -> None:
+    def _halt_server(self, graceful: bool = False) -> None:
         """Stop our mariadbd: SIGTERM (clean shutdown) if graceful, else SIGKILL (a crash);
         SIGKILL anyway when a clean shutdown takes longer than the timeout."""
         proc, self.proc = self.proc, None
@@ -243,41 +193,10 @@ class PrivateMariaDB:
         except ProcessLookupError:
             pass
 
-    def halt(self, graceful: bool = False) -> None:
-        """Stop the server and keep its data: an outage, until resume(). By default the
-        server is killed (SIGKILL, like a crash; InnoDB and the binlog recover on resume);
-        graceful=True shuts it down cleanly."""
-        self._kill_server(graceful=graceful)
-
     def resume(self) -> None:
-        """Start a halted server again, on the same port."""
         if self.proc is not None and self.proc.poll() is None:
-            return
-        error, _clash = self._start_server(attempt=99)
-        if error:
-            self._kill_server()
-            raise RuntimeError(error)
-
-    def _cleanup_dir(self) -> None:
-        if self.base:
-            shutil.rmtree(self.base, ignore_errors=True)
-        self.base = self.datadir = self.socket = self.logfile = None
-
-    def stop(self) -> None:
-        atexit.unregister(self.stop)
-        if not self._running and self.base is None:
-            return
-        try:
-            self._kill_server()
-        finally:
-            self._running = False
-            self._cleanup_dir()
-
-    def __enter__(self) -> PrivateMariaDB:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+            return  # not halted
+        super().resume()
 
 
 def create_database(conn_or_server, name: str) -> str:
@@ -297,26 +216,8 @@ def create_database(conn_or_server, name: str) -> str:
     return name
 
 
-_binlog: PrivateMariaDB | None = None
-_binlog_users = 0
-
-
 @pytest.fixture(scope="session")
 def mariadb_binlog():
-    """A private MariaDB with ROW binary logging, for the whole test session.
-
-    One server per process even when the fixture is imported into several modules (pytest
-    then sees several definitions of it): they share it, the last one to finish stops it."""
-    global _binlog, _binlog_users
-    if _binlog is None:
-        server = PrivateMariaDB()
-        server.start()
-        _binlog = server
-    _binlog_users += 1
-    try:
-        yield _binlog
-    finally:
-        _binlog_users -= 1
-        if _binlog_users == 0:
-            server, _binlog = _binlog, None
-            server.stop()
+    """A private MariaDB with ROW binary logging, for the whole test session."""
+    with shared("mariadb_binlog", PrivateMariaDB) as server:
+        yield server

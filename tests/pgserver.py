@@ -3,15 +3,13 @@ logical decoding), the machine's shared one, and a helper to (re)create a databa
 
 from __future__ import annotations
 
-import atexit
 import os
 import pwd
-import shutil
-import socket
 import subprocess
-import tempfile
 
 import pytest
+
+from tests.servers import PrivateServer, shared
 
 PG_BIN = os.environ.get("CONNECTQL_PG_BIN", "/usr/lib/postgresql/15/bin")
 OS_USER = "postgres"
@@ -21,27 +19,11 @@ def _conninfo(host: str, port: int, user: str, dbname: str) -> str:
     return f"host={host} port={port} user={user} dbname={dbname}"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PrivatePostgres:
+class PrivatePostgres(PrivateServer):
     """A throwaway PostgreSQL cluster (initdb + postgres) run as the `postgres` OS user."""
 
-    host = "127.0.0.1"
     user = "postgres"
-
-    def __init__(self, extra_settings: dict[str, str] | None = None, timeout: float = 30.0):
-        self.port: int | None = None
-        self.timeout = timeout
-        self.extra_settings = dict(extra_settings or {})
-        self.base: str | None = None
-        self.datadir: str | None = None
-        self.sockdir: str | None = None
-        self.logfile: str | None = None
-        self._running = False
+    prefix = "connectql-pg-"
 
     # -- helpers --------------------------------------------------------------------------
     def conninfo(self, dbname: str = "postgres") -> str:
@@ -55,61 +37,29 @@ class PrivatePostgres:
             cmd = ["runuser", "-u", OS_USER, "--", *cmd]
         return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
-    def _log_tail(self, n: int = 40) -> str:
-        if not self.logfile or not os.path.exists(self.logfile):
-            return "(no log)"
-        try:
-            with open(self.logfile, errors="replace") as f:
-                return "".join(f.readlines()[-n:])
-        except OSError as e:
-            return f"(cannot read log: {e})"
-
-    # -- lifecycle ------------------------------------------------------------------------
-    def start(self) -> PrivatePostgres:
-        if self._running:
-            return self
-        self.base = tempfile.mkdtemp(prefix="connectql-pg-", dir="/tmp")
-        os.chmod(self.base, 0o755)
+    def _prepare(self) -> None:
         if os.geteuid() == 0:
             pw = pwd.getpwnam(OS_USER)
             os.chown(self.base, pw.pw_uid, pw.pw_gid)
-        self.datadir = os.path.join(self.base, "data")
         self.sockdir = os.path.join(self.base, "sock")
-        try:
-            self._run_as_postgres(["mkdir", "-p", self.sockdir], check=True)
-            r = self._run_as_postgres(
-                [
-                    os.path.join(PG_BIN, "initdb"),
-                    "-D",
-                    self.datadir,
-                    "-A",
-                    "trust",
-                    "-U",
-                    self.user,
-                    "--no-sync",
-                    "-E",
-                    "UTF8",
-                    "--locale=C",
-                ]
-            )
-            if r.returncode != 0:
-                raise RuntimeError(f"initdb failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-            for attempt in range(3):  # retry if the chosen port got taken in the meantime
-                self.port = _free_port()
-                err, port_clash = self._start_server(attempt)
-                if not err:
-                    self._running = True
-                    atexit.register(self.stop)  # in case the fixture's teardown never runs
-                    return self
-                self._pg_ctl_stop()
-                if not port_clash or attempt == 2:
-                    raise RuntimeError(err)
-        except BaseException:
-            try:
-                self._pg_ctl_stop()
-            finally:
-                self._cleanup_dir()
-            raise
+        self._run_as_postgres(["mkdir", "-p", self.sockdir], check=True)
+        r = self._run_as_postgres(
+            [
+                os.path.join(PG_BIN, "initdb"),
+                "-D",
+                self.datadir,
+                "-A",
+                "trust",
+                "-U",
+                self.user,
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ]
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"initdb failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
 
     def _start_server(self, attempt: int) -> tuple[str, bool]:
         """Start the postmaster with `pg_ctl start -w` (which waits until *this* postmaster
@@ -159,43 +109,13 @@ class PrivatePostgres:
             return f"port {self.port} is served by another PostgreSQL ({datadir})", True
         return "", False
 
-    def _pg_ctl_stop(self) -> None:
+    def _halt_server(self, graceful: bool = False) -> None:
         if self.datadir and os.path.exists(os.path.join(self.datadir, "postmaster.pid")):
+            mode = "fast" if graceful else "immediate"
             self._run_as_postgres(
-                [os.path.join(PG_BIN, "pg_ctl"), "stop", "-D", self.datadir, "-m", "immediate"],
+                [os.path.join(PG_BIN, "pg_ctl"), "stop", "-D", self.datadir, "-m", mode],
                 timeout=60,
             )
-
-    def halt(self) -> None:
-        """Stop the server and keep its data: an outage, until resume()."""
-        self._pg_ctl_stop()
-
-    def resume(self) -> None:
-        """Start a halted server again, on the same port."""
-        error, _clash = self._start_server(attempt=99)
-        if error:
-            raise RuntimeError(error)
-
-    def _cleanup_dir(self) -> None:
-        if self.base:
-            shutil.rmtree(self.base, ignore_errors=True)
-        self.base = self.datadir = self.sockdir = self.logfile = None
-
-    def stop(self) -> None:
-        atexit.unregister(self.stop)
-        if not self._running and self.base is None:
-            return
-        try:
-            self._pg_ctl_stop()
-        finally:
-            self._running = False
-            self._cleanup_dir()
-
-    def __enter__(self) -> PrivatePostgres:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 class SharedPostgres:
@@ -226,29 +146,11 @@ def create_database(conninfo: str, name: str) -> str:
     return psycopg.conninfo.make_conninfo(**params)
 
 
-_logical: PrivatePostgres | None = None
-_logical_users = 0
-
-
 @pytest.fixture(scope="session")
 def pg_logical():
-    """A private PostgreSQL with wal_level=logical, for the whole test session.
-
-    One server per process even when the fixture is imported into several modules (pytest
-    then sees several definitions of it): they share it, the last one to finish stops it."""
-    global _logical, _logical_users
-    if _logical is None:
-        server = PrivatePostgres()
-        server.start()
-        _logical = server
-    _logical_users += 1
-    try:
-        yield _logical
-    finally:
-        _logical_users -= 1
-        if _logical_users == 0:
-            server, _logical = _logical, None
-            server.stop()
+    """A private PostgreSQL with wal_level=logical, for the whole test session."""
+    with shared("pg_logical", PrivatePostgres) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

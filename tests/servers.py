@@ -1,0 +1,135 @@
+"""What the private database servers of the tests share: a temp dir, a free port (another one
+on a clash), the log tail in errors, a stop at exit, halt()/resume() for outages, and one
+server per process for a session fixture imported into several modules."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PrivateServer:
+    """Subclasses provide `_prepare()` (initialise the data dir), `_start_server(attempt)`
+    (start and wait; returns (error or '', whether it was a port clash)) and
+    `_halt_server(graceful)`."""
+
+    host = "127.0.0.1"
+    prefix = "connectql-server-"
+
+    def __init__(self, extra_settings: dict[str, str] | None = None, timeout: float = 30.0):
+        self.port: int | None = None
+        self.timeout = timeout
+        self.extra_settings = dict(extra_settings or {})
+        self.base: str | None = None
+        self.datadir: str | None = None
+        self.logfile: str | None = None
+        self._running = False
+
+    def _prepare(self) -> None:
+        raise NotImplementedError
+
+    def _start_server(self, attempt: int) -> tuple[str, bool]:
+        raise NotImplementedError
+
+    def _halt_server(self, graceful: bool = False) -> None:
+        raise NotImplementedError
+
+    def _log_tail(self, n: int = 40) -> str:
+        if not self.logfile or not os.path.exists(self.logfile):
+            return "(no log)"
+        try:
+            with open(self.logfile, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError as e:
+            return f"(cannot read log: {e})"
+
+    def start(self):
+        if self._running:
+            return self
+        self.base = tempfile.mkdtemp(prefix=self.prefix, dir="/tmp")
+        os.chmod(self.base, 0o755)
+        self.datadir = os.path.join(self.base, "data")
+        try:
+            self._prepare()
+            for attempt in range(3):  # retry if the chosen port got taken in the meantime
+                self.port = free_port()
+                err, port_clash = self._start_server(attempt)
+                if not err:
+                    self._running = True
+                    atexit.register(self.stop)  # in case the fixture's teardown never runs
+                    return self
+                self._halt_server()
+                if not port_clash or attempt == 2:
+                    raise RuntimeError(err)
+        except BaseException:
+            try:
+                self._halt_server()
+            finally:
+                self._cleanup_dir()
+            raise
+        raise AssertionError("unreachable")
+
+    def halt(self, graceful: bool = False) -> None:
+        """Stop the server and keep its data: an outage, until resume(). By default like a
+        crash; graceful=True shuts it down cleanly."""
+        self._halt_server(graceful)
+
+    def resume(self) -> None:
+        """Start a halted server again, on the same port."""
+        error, _clash = self._start_server(attempt=99)
+        if error:
+            self._halt_server()
+            raise RuntimeError(error)
+
+    def _cleanup_dir(self) -> None:
+        if self.base:
+            shutil.rmtree(self.base, ignore_errors=True)
+        self.base = self.datadir = self.logfile = None
+
+    def stop(self) -> None:
+        atexit.unregister(self.stop)
+        if not self._running and self.base is None:
+            return
+        try:
+            self._halt_server()
+        finally:
+            self._running = False
+            self._cleanup_dir()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+_shared: dict[str, list] = {}  # name -> [server, users]
+
+
+@contextmanager
+def shared(name: str, factory: Callable[[], PrivateServer]) -> Iterator[PrivateServer]:
+    """One started server per process under `name`, even when a session fixture is imported
+    into several modules (pytest then sees several definitions of it): they share it, and the
+    last one to finish stops it."""
+    entry = _shared.get(name)
+    if entry is None:
+        entry = _shared[name] = [factory().start(), 0]
+    entry[1] += 1
+    try:
+        yield entry[0]
+    finally:
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _shared[name]
+            entry[0].stop()

@@ -85,8 +85,12 @@ def next_bound(
 
 def last_key(db: Db, src: Source, columns: Sequence[str]) -> list[str] | None:
     """The largest value of the ordering columns (as text); None for an empty table."""
+    return _edge(db, src, columns, _desc(db, columns))
+
+
+def _edge(db: Db, src: Source, columns: Sequence[str], order: str) -> list[str] | None:
     texts = ", ".join(f"{db.as_text(c)} AS cq_bound_{i}" for i, c in enumerate(columns))
-    found = db.rows(f"SELECT {texts} FROM {src.relation} ORDER BY {_desc(db, columns)} LIMIT 1")
+    found = db.rows(f"SELECT {texts} FROM {src.relation} ORDER BY {order} LIMIT 1")
     return list(found[0]) if found else None
 
 
@@ -125,7 +129,5 @@ def split(
 
 
 def smallest(db: Db, src: Source, column: str) -> str | None:
-    found = db.rows(
-        f"SELECT {db.as_text(column)} FROM {src.relation} ORDER BY {db.quote(column)} LIMIT 1"
-    )
-    return found[0][0] if found else None
+    found = _edge(db, src, [column], db.quote(column))
+    return found[0] if found else None

@@ -3,14 +3,17 @@ connector, the stage, the source offset, the error and the raw record."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import functions as F
 
 from connectql.runtime.streamwriter import Output
 
-DEADLETTER_DDL = (
-    "`connector` STRING, `stage` STRING, `source_offset` STRING,"
-    " `error_class` STRING, `error_message` STRING, `raw_record` STRING,"
-    " `time` TIMESTAMP"
+# the columns of every dead-letter stream: these text columns, then `time`
+TEXT_COLUMNS = ("connector", "stage", "source_offset", "error_class", "error_message", "raw_record")
+DEADLETTER_DDL = ", ".join(f"`{c}` STRING" for c in TEXT_COLUMNS) + ", `time` TIMESTAMP"
+# the same as Arrow, for writers that are not Spark queries (a database sink's commit)
+DEADLETTER_ARROW = pa.schema(
+    [(c, pa.string()) for c in TEXT_COLUMNS] + [("time", pa.timestamp("us", tz="UTC"))]
 )
 FILE_COLUMN = "__connectql_file"
 

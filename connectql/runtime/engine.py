@@ -256,8 +256,8 @@ class Engine:
             if p.batchId <= self._reported.get(run, -1):
                 return
             self._reported[run] = p.batchId
-        dead = self._dead.pop((name, p.batchId), 0)
-        if plan.kind == "sink" and plan.deadletter_path:
+        dead = self._dead.pop((name, p.batchId), 0)  # a source's, from its stream writer
+        if plan.kind == "sink" and plan.deadletter_path:  # a database sink's, from its stream
             dead = rejected_rows(plan, p.batchId)
         self.on_progress(name, progress_row(p, plan.reader.lag_field, dead))
 

@@ -5,15 +5,12 @@ the stream restart so that they see the new columns too (upsert sinks add them t
 from __future__ import annotations
 
 import json
-import logging
 
 from pyspark.sql.types import StructType
 
 from connectql.catalog import states
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.dbsink import META_COLUMNS
-
-log = logging.getLogger("connectql.worker")
 
 
 def widened(old: StructType, new: StructType) -> tuple[StructType, list[str]]:

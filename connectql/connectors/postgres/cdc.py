@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.types import ArrayType, StringType, StructType
 
+from connectql.connectors.dbsink import META_COLUMNS
 from connectql.connectors.postgres.pgdecode import (
     UNCHANGED_TOAST,
     Begin,
@@ -48,17 +49,18 @@ def position(commit_lsn: int, seq: int) -> str:
 
 def ensure_slot(conn, slot: str) -> int:
     """Create the slot if absent; the LSN from which it will decode (its confirmed position)."""
-    row = conn.execute(
-        "SELECT confirmed_flush_lsn::text, plugin FROM pg_replication_slots WHERE slot_name = %s",
-        (slot,),
-    ).fetchone()
-    if row is None:
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN_NAME))
-        row = conn.execute(
+
+    def found():
+        return conn.execute(
             "SELECT confirmed_flush_lsn::text, plugin FROM pg_replication_slots"
             " WHERE slot_name = %s",
             (slot,),
         ).fetchone()
+
+    row = found()
+    if row is None:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN_NAME))
+        row = found()
     if row[1] != PLUGIN_NAME:
         raise ConnectQLError(
             f"replication slot {slot} uses plugin {row[1]}; connectql needs {PLUGIN_NAME}"
@@ -138,7 +140,7 @@ def read_changes(conn, cfg, schema: StructType, key, part) -> Iterator[pa.Record
         f"(%s, %s::pg_lsn, NULL, {DECODE_OPTIONS})",
         (cfg.slot, lsn_text(lsn_to + 1)),
     )
-    table = f"{cfg.schema}.{cfg.table}"
+    table = cfg.qualified_table
     builder = _Rows(cfg, schema, tuple(key))
     pending: list[Change] = []
     for lsn, data in rows:
@@ -152,7 +154,7 @@ def read_changes(conn, cfg, schema: StructType, key, part) -> Iterator[pa.Record
             if lsn_from < commit <= lsn_to:
                 for seq, change in enumerate(pending, start=1):
                     if change.table == table:
-                        builder.add(change, commit, seq, item, lsn)
+                        builder.add(change, commit, seq, item)
             pending = []
     if builder.count:
         yield builder.batch()
@@ -164,35 +166,31 @@ class _Rows:
     def __init__(self, cfg, schema: StructType, key: tuple[str, ...]):
         self.cfg, self.schema, self.key = cfg, schema, key
         self.arrow = arrow_schema(schema)
-        self.data = [f for f in schema.fields if not f.name.startswith("__")]
+        self.data = [f for f in schema.fields if f.name not in META_COLUMNS]
         self.names = {f.name for f in self.data}
         self.columns: dict[str, list] = {f.name: [] for f in schema.fields}
         self.count = 0
 
-    def add(self, change: Change, commit: int, seq: int, txn: Commit, lsn: str) -> None:
+    def add(self, change: Change, commit: int, seq: int, txn: Commit) -> None:
         self._check_columns(change)
         key = self.key
         if change.op == "u" and change.old_key and key:
             old = [change.old_key.get(k) for k in key]
             if old != [change.values.get(k) for k in key]:  # the key changed: delete the old row
-                self._row("d", change.old_key, change, commit, seq, txn, lsn)
-                self._row("c", change.values, change, commit, seq, txn, lsn)
+                self._row("d", change.old_key, change, commit, seq, txn)
+                self._row("c", change.values, change, commit, seq, txn)
                 return
-        self._row(change.op, change.values, change, commit, seq, txn, lsn)
+        self._row(change.op, change.values, change, commit, seq, txn)
 
     def _check_columns(self, change: Change) -> None:
         added = [c for c in change.values if c not in self.names]
+        new = f"table {change.table} has new column(s) " + ", ".join(
+            f"{c} ({change.types.get(c)})" for c in added
+        )
         if added and self.cfg.schema_change == "evolve":
-            raise SchemaEvolved(
-                f"table {change.table} has new column(s) "
-                + ", ".join(f"{c} ({change.types.get(c)})" for c in added)
-            )
+            raise SchemaEvolved(new)
         if added and self.cfg.schema_change == "fail":
-            raise SchemaChanged(
-                f"table {change.table} has new column(s) "
-                + ", ".join(f"{c} ({change.types.get(c)})" for c in added)
-                + f" that stream does not have (schema.change = '{self.cfg.schema_change}')"
-            )
+            raise SchemaChanged(f"{new} that stream does not have (schema.change = 'fail')")
         if change.op == "c" and self.cfg.schema_change == "fail":
             dropped = [c for c in self.names if c not in change.values]
             if dropped:
@@ -201,19 +199,11 @@ class _Rows:
                     " (schema.change = 'fail')"
                 )
 
-    def _row(self, op, values, change: Change, commit, seq, txn: Commit, lsn: str) -> None:
+    def _row(self, op, values, change: Change, commit, seq, txn: Commit) -> None:
         for f in self.data:
-            self.columns[f.name].append(_value(values.get(f.name), change, f, values))
-        source = {
-            "commit_lsn": lsn_text(commit),
-            "db": self.cfg.connection.get("database"),
-            "schema": self.cfg.schema,
-            "snapshot": False,
-            "table": self.cfg.table,
-            "xid": txn.xid,
-        }
+            self.columns[f.name].append(_value(values.get(f.name), change, f))
         meta = {"__op": op, "__ts_ms": txn.ts_ms, "__pos": position(commit, seq)}
-        meta["__source"] = json.dumps(source, sort_keys=True)
+        meta["__source"] = _source(self.cfg, False, commit_lsn=lsn_text(commit), xid=txn.xid)
         for name, value in meta.items():
             if name in self.columns:
                 self.columns[name].append(value)
@@ -224,7 +214,13 @@ class _Rows:
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
 
 
-def _value(text, change: Change, f, values):
+def _source(cfg, snapshot: bool, **where) -> str:
+    """__source: the database coordinates of a row (snapshot or change), as JSON."""
+    body = {"db": cfg.connection.get("database"), "schema": cfg.schema, "table": cfg.table}
+    return json.dumps({**body, "snapshot": snapshot, **where}, sort_keys=True)
+
+
+def _value(text, change: Change, f):
     if text is UNCHANGED_TOAST:  # unchanged large value: only REPLICA IDENTITY FULL sends it
         text = (change.old_key or {}).get(f.name)
         if text is UNCHANGED_TOAST:
@@ -244,16 +240,7 @@ def with_snapshot_columns(
 ) -> pa.RecordBatch:
     """Snapshot rows (`__op = 'r'`) positioned before every change after the slot's start."""
     n = batch.num_rows
-    source = json.dumps(
-        {
-            "db": cfg.connection.get("database"),
-            "lsn": lsn_text(lsn),
-            "schema": cfg.schema,
-            "snapshot": True,
-            "table": cfg.table,
-        },
-        sort_keys=True,
-    )
+    source = _source(cfg, True, lsn=lsn_text(lsn))
     meta = {
         "__op": pa.array(["r"] * n, pa.string()),
         "__ts_ms": pa.array([time.time_ns() // 1_000_000] * n, pa.int64()),

@@ -32,6 +32,7 @@ from connectql.connectors.dbsink import (
 from connectql.connectors.postgres.client import connect, qualified
 from connectql.connectors.postgres.types import arrow_to_csv, pg_type
 from connectql.errors import PlanError
+from connectql.runtime.deadletters import DEADLETTER_ARROW
 
 
 @dataclass
@@ -64,9 +65,10 @@ def column_types(schema: StructType, where: str) -> dict[str, str]:
     return out
 
 
-def prepare_target(s: SinkSettings, schema: StructType, where: str) -> None:
+def prepare_target(s: SinkSettings, schema: StructType, where: str) -> dict[str, str]:
     """Create the progress table and (auto.create) the target; check that an existing target has
-    every column and, for upserts, a unique key. Raises PlanError naming what is wrong."""
+    every column and, for upserts, a unique key. Raises PlanError naming what is wrong. Returns
+    the PostgreSQL type of each column."""
     names = schema.fieldNames()
     check_columns(names, s, where)
     types = column_types(schema, where)
@@ -85,7 +87,7 @@ def prepare_target(s: SinkSettings, schema: StructType, where: str) -> None:
                     f"{where}: table {s.schema}.{s.table} does not exist (auto.create = false)"
                 )
             _create_table(conn, s, cols, types)
-            return
+            return types
         missing = [c for c in cols if c not in existing]
         if missing and not s.auto_evolve:
             raise PlanError(
@@ -103,6 +105,7 @@ def prepare_target(s: SinkSettings, schema: StructType, where: str) -> None:
                 f"{where}: upsert needs a primary key or unique index on ({', '.join(s.key)})"
                 f" in table {s.schema}.{s.table}"
             )
+    return types
 
 
 def _existing_columns(conn, s: SinkSettings) -> list[str]:
@@ -142,8 +145,7 @@ class PostgresStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, schema: StructType, options: dict[str, str]):
         self.s = SinkSettings.from_options(options)
         self.names = staged_columns(schema.fieldNames(), self.s.mode)
-        self.types = column_types(schema, f"sink connector '{self.s.connector}'")
-        prepare_target(self.s, schema, f"sink connector '{self.s.connector}'")
+        self.types = prepare_target(self.s, schema, f"sink connector '{self.s.connector}'")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         ctx = TaskContext.get()
@@ -298,14 +300,7 @@ def dead_letters(s: SinkSettings, batch_id: int, rejected) -> pa.Table:
         }
         for raw, seq, e in rejected
     ]
-    return pa.Table.from_pylist(rows, schema=DEADLETTER_SCHEMA)
-
-
-DEADLETTER_SCHEMA = pa.schema(
-    [(n, pa.string()) for n in ("connector", "stage", "source_offset", "error_class")]
-    + [("error_message", pa.string()), ("raw_record", pa.string())]
-    + [("time", pa.timestamp("us", tz="UTC"))]
-)
+    return pa.Table.from_pylist(rows, schema=DEADLETTER_ARROW)
 
 
 def merge(conn, s: SinkSettings, names: list[str], union) -> None:

@@ -60,6 +60,11 @@ class ReaderConfig:
         return qualified(self.schema, self.table).as_string(None)
 
     @property
+    def qualified_table(self) -> str:
+        """As logical decoding names it: schema.table."""
+        return f"{self.schema}.{self.table}"
+
+    @property
     def ordering(self) -> list[str]:
         """Incremental mode's ordering columns: timestamp first, then the incrementing one."""
         return [c for c in (self.timestamp, self.incrementing) if c]
@@ -203,7 +208,7 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return time.monotonic() - self._beat_at >= self.cfg.heartbeat_ms / 1000
 
     def _captured(self) -> set[str]:
-        return {f"{self.cfg.schema}.{self.cfg.table}"}
+        return {self.cfg.qualified_table}
 
     def commit(self, end: dict) -> None:
         if self.cdc and end.get("phase") == "stream":
@@ -233,14 +238,10 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         key = self.key if not self.cfg.query else []
         if self.cfg.tasks <= 1 or len(key) != 1:
             return [Range("rows", None, None)]
-        db = self._db()
-        top = db.rows(
-            f"SELECT {db.as_text(key[0])} FROM {self.cfg.relation()}"
-            f" ORDER BY {db.quote(key[0])} DESC LIMIT 1"
-        )
+        top = polling.last_key(self._db(), self._src(), key)
         if not top:
             return []
-        ranges = self._split(None, [top[0][0]], key)
+        ranges = self._split(None, top, key)
         return [*ranges[:-1], Range("rows", ranges[-1].after, None)]  # rows added since: last
 
     def _split(self, after, upto, columns, lsn: int = 0) -> list[Range]:

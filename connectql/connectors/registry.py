@@ -9,17 +9,15 @@ from connectql.connectors.options import suggest
 from connectql.errors import PlanError
 
 # Types the language accepts today that later work will build (planning rejects them clearly).
-NOT_INSTALLED = {
-    "mysql": "MySQL/MariaDB tables: snapshot and binlog change-data capture",
-}
+NOT_INSTALLED: dict[str, str] = {}
 ALIASES = {"mariadb": "mysql", "postgresql": "postgres"}
 
 
 @cache
 def plugins() -> dict[str, Plugin]:
-    from connectql.connectors import datagen, files, postgres
+    from connectql.connectors import datagen, files, mysql, postgres
 
-    found = {p.type: p for p in (datagen.PLUGIN, files.PLUGIN, postgres.PLUGIN)}
+    found = {p.type: p for p in (datagen.PLUGIN, files.PLUGIN, postgres.PLUGIN, mysql.PLUGIN)}
     for name, doc in NOT_INSTALLED.items():
         found.setdefault(name, Plugin(type=name, doc=doc, installed=False))
     return found

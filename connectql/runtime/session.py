@@ -33,9 +33,10 @@ _session = None
 def python_data_sources():
     """Every Python data source class connectql registers with Spark."""
     from connectql.connectors.datagen import DatagenDataSource
+    from connectql.connectors.mysql.datasource import MysqlDataSource
     from connectql.connectors.postgres.datasource import PostgresDataSource
 
-    return [DatagenDataSource, PostgresDataSource]
+    return [DatagenDataSource, PostgresDataSource, MysqlDataSource]
 
 
 def logging_settings(log_dir) -> dict[str, str]:

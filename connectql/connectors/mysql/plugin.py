@@ -1,0 +1,102 @@
+"""The `mysql` plugin (alias `mariadb`): its options and how they become Spark reader and writer
+specs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
+from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
+from connectql.connectors.dbsink import SinkSettings, sink_mode
+from connectql.connectors.mysql.client import connection_config, split_table
+from connectql.connectors.mysql.datasource import FORMAT
+from connectql.connectors.options import Option
+from connectql.errors import PlanError
+
+CONNECTION = {
+    o.name: o
+    for o in [
+        Option("host", default="localhost", doc="server host name or address"),
+        Option("port", "int", 3306, doc="server port"),
+        Option("user", default="root", doc="user to connect as"),
+        Option("password", secret=True, doc="the user's password (use SECRET name or ${env:..})"),
+        Option("database", required=True, doc="database (schema) of the table(s)"),
+    ]
+}
+
+SINK_OPTIONS = {
+    **SINK_COMMON,
+    **CONNECTION,
+    **{
+        o.name: o
+        for o in [
+            Option("table", required=True, doc="target table, 'name' or 'database.name'"),
+            Option(
+                "mode",
+                "enum",
+                choices=("append", "upsert"),
+                doc="'append' inserts every row; 'upsert' applies the last change per key"
+                " (deletes for __op = 'd'); default: upsert when the stream has a key",
+            ),
+            Option(
+                "primary.key",
+                doc="key columns for upsert, 'a, b'; default: the stream's key (the source"
+                " table's primary key)",
+            ),
+            Option(
+                "auto.create",
+                "bool",
+                True,
+                doc="create the target table from the stream's columns when it does not exist",
+            ),
+            Option(
+                "auto.evolve",
+                "bool",
+                True,
+                doc="add columns the stream has and the target table lacks (e.g. after an"
+                " upstream schema change)",
+            ),
+            Option(
+                "delete.enabled",
+                "bool",
+                doc="apply __op = 'd' rows as deletes; default: true in upsert mode",
+            ),
+        ]
+    },
+}
+
+
+def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
+    from connectql.connectors.mysql.sink import prepare_target
+
+    mode, key = sink_mode(opts, stream.key_columns if stream else ())
+    database, table = split_table(opts["table"], opts["database"])
+    delete = opts.get("delete.enabled")
+    s = SinkSettings(
+        connection=connection_config(opts),
+        schema=database,
+        table=table,
+        mode=mode,
+        key=key,
+        delete_enabled=(mode == "upsert") if delete is None else bool(delete),
+        auto_create=opts["auto.create"],
+        auto_evolve=opts["auto.evolve"],
+    )
+    where = f"mysql sink into {database}.{table}"
+    return WriterSpec(
+        FORMAT,
+        s.to_options(),
+        secret_options=("password",),
+        check=lambda struct: prepare_target(s, struct, where),
+    )
+
+
+PLUGIN = Plugin(
+    type="mysql",
+    doc="MySQL/MariaDB tables: change-data capture (snapshot + binary log), incremental or bulk"
+    " sources; exactly-once append or upsert sink",
+    sink_options=SINK_OPTIONS,
+    plan_sink=plan_sink,
+    delivery="exactly-once",
+    aliases=("mariadb",),
+)

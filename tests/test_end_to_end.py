@@ -183,8 +183,8 @@ def test_a_second_source_with_another_schema_is_refused_and_leaves_nothing(worke
         ),
         (
             "CREATE SOURCE CONNECTOR bad FROM mysql INTO t WITH (host = 'h')",
-            PlanError,
-            "connector type mysql is not installed",
+            ValidationError,
+            "database",
         ),
         (
             "CREATE SINK CONNECTOR bad TO file AS SELECT nope FROM t WITH (path = '/tmp/x')",

@@ -56,11 +56,15 @@ def test_type_given_twice_differently_is_an_error(ctx):
         build_plan(source({"connector": "datagen", "path": "/in"}), ctx)
 
 
-def test_not_installed_types_are_rejected_at_planning(ctx):
-    with pytest.raises(PlanError, match="connector type mysql is not installed"):
+def test_mysql_and_its_alias_plan_and_name_missing_options(ctx):
+    with pytest.raises(ValidationError, match="database"):
         build_plan(source({"host": "x"}, "mysql"), ctx)
-    with pytest.raises(PlanError, match="connector type mysql is not installed"):
-        build_plan(sink({"host": "x"}, "mysql"), ctx)
+    with pytest.raises(ValidationError, match="table"):
+        build_plan(sink({"host": "x", "database": "d"}, "mariadb"), ctx)
+    with pytest.raises(PlanError, match="give table"):
+        build_plan(source({"database": "d"}, "mariadb"), ctx)
+    plan = build_plan(source({"database": "d", "table": "t", "password": "pw"}, "mysql"), ctx)
+    assert plan.type == "mysql" and "pw" not in str(plan.describe())
 
 
 def test_unknown_type_lists_the_known_ones(ctx):

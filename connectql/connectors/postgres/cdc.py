@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.types import ArrayType, StringType, StructType
@@ -23,6 +22,7 @@ from connectql.connectors.postgres.pgdecode import (
     to_python,
 )
 from connectql.connectors.postgres.types import arrow_schema
+from connectql.connectors.tablereader import Window
 from connectql.errors import ConnectQLError, SchemaChanged, SchemaEvolved
 
 PLUGIN_NAME = "test_decoding"
@@ -98,13 +98,6 @@ def advance(conn, slot: str, lsn: int) -> None:
 # ------------------------------------------------------------------ planning a batch
 
 
-@dataclass(frozen=True)
-class Window:
-    last_relevant: int | None  # commit LSN of the last transaction touching a captured table
-    last_commit: int | None  # commit LSN of the last transaction seen at all
-    full: bool  # the peek stopped at its change limit: more may follow
-
-
 def scan(conn, slot: str, limit: int, captured: set[str], target: int | None) -> Window:
     """Look ahead (without consuming) for the next batch's end."""
     upto = lsn_text(target + 1) if target is not None else None
@@ -134,7 +127,7 @@ def scan(conn, slot: str, limit: int, captured: set[str], target: int | None) ->
 def read_changes(conn, cfg, schema: StructType, key, part) -> Iterator[pa.RecordBatch]:
     """The captured changes of transactions committed in (part.lsn_from, part.lsn_to], in
     commit order."""
-    lsn_from, lsn_to = part.lsn_from, part.lsn_to
+    lsn_from, lsn_to = part.log_from, part.log_to
     rows = conn.execute(
         "SELECT lsn::text, data FROM pg_logical_slot_peek_changes"
         f"(%s, %s::pg_lsn, NULL, {DECODE_OPTIONS})",

@@ -7,10 +7,15 @@ from typing import Any
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
 from connectql.connectors.dbsink import SinkSettings, sink_mode
+from connectql.connectors.dbsource import (
+    check_source_options,
+    config_fields,
+    reader_spec,
+    source_options,
+)
 from connectql.connectors.options import Option
 from connectql.connectors.postgres.client import connection_config, split_table
 from connectql.connectors.postgres.datasource import FORMAT
-from connectql.errors import PlanError
 
 CONNECTION = {
     o.name: o
@@ -69,30 +74,10 @@ SINK_OPTIONS = {
 SOURCE_OPTIONS = {
     **SOURCE_COMMON,
     **CONNECTION,
+    **source_options("write-ahead log"),
     **{
         o.name: o
         for o in [
-            Option("table", doc="table to read, 'name' or 'schema.name' (or give query)"),
-            Option(
-                "query",
-                doc="incremental/bulk modes: a SELECT whose rows are read instead of a table",
-            ),
-            Option(
-                "mode",
-                "enum",
-                "cdc",
-                choices=("cdc", "incremental", "bulk"),
-                doc="'cdc': snapshot, then every insert/update/delete from the write-ahead log;"
-                " 'incremental': poll for new rows by incrementing.column / timestamp.column;"
-                " 'bulk': copy the whole table every poll",
-            ),
-            Option(
-                "snapshot",
-                "enum",
-                "initial",
-                choices=("initial", "never"),
-                doc="cdc: read the existing rows first ('initial') or only changes ('never')",
-            ),
             Option(
                 "slot.name",
                 doc="cdc: logical replication slot, created if absent (dropped by DROP"
@@ -105,32 +90,6 @@ SOURCE_OPTIONS = {
                 doc="cdc: advance the slot this often while no captured table changes, so a"
                 " quiet table does not hold back the server's WAL",
             ),
-            Option("incrementing.column", doc="incremental: a strictly increasing column"),
-            Option(
-                "timestamp.column",
-                doc="incremental: a last-modified timestamp column (with incrementing.column,"
-                " ties are broken by it)",
-            ),
-            Option(
-                "poll.interval.ms",
-                "int",
-                doc="how often to look for new data; default 100 (cdc), 5000 (incremental, bulk)",
-            ),
-            Option(
-                "batch.rows",
-                "int",
-                100_000,
-                doc="at most about this many rows (snapshot chunk, changes) per micro-batch",
-            ),
-            Option(
-                "schema.change",
-                "enum",
-                "evolve",
-                choices=("evolve", "fail", "ignore"),
-                doc="cdc: when the table gains columns, 'evolve' adds them to the stream (and"
-                " sinks to their targets), 'fail' stops the connector naming the change,"
-                " 'ignore' leaves them out; dropped columns arrive as NULL ('fail' stops)",
-            ),
         ]
     },
 }
@@ -140,55 +99,19 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
     from connectql.connectors.postgres.source import ReaderConfig
     from connectql.connectors.postgres.tables import discover
 
-    mode = opts["mode"]
     where = "postgres source"
-    _check_source_options(opts, mode, where)
+    check_source_options(opts, where)
     schema, table = (
         split_table(opts["table"], opts["schema"]) if opts.get("table") else (opts["schema"], None)
     )
-    poll = opts.get("poll.interval.ms") or (100 if mode == "cdc" else 5000)
     cfg = ReaderConfig(
         connection=connection_config(opts),
         schema=schema,
         table=table,
-        query=opts.get("query"),
-        mode=mode,
-        snapshot=opts["snapshot"],
         slot=opts.get("slot.name") or "",
-        heartbeat_ms=opts["heartbeat.interval.ms"],
-        incrementing=opts.get("incrementing.column"),
-        timestamp=opts.get("timestamp.column"),
-        batch_rows=opts["batch.rows"],
-        poll_ms=poll,
-        tasks=opts["tasks.max"],
-        schema_change=opts["schema.change"],
+        **config_fields(opts),
     )
-
-    def found() -> tuple[str, tuple[str, ...]]:
-        t = discover(cfg, mode == "cdc", where)
-        missing = [c for c in cfg.ordering if c not in {n for n, _p, _s in t.columns}]
-        if missing:
-            raise PlanError(f"{where}: {t.qualified} has no column {', '.join(missing)}")
-        return t.ddl(mode == "cdc"), t.key
-
-    return ReaderSpec(FORMAT, cfg.to_options(), secret_options=("password",), discover=found)
-
-
-def _check_source_options(opts: dict[str, Any], mode: str, where: str) -> None:
-    if not opts.get("table") and not opts.get("query"):
-        raise PlanError(
-            f"{where}: give table = 'name' (or query = 'SELECT ...' for incremental/bulk)"
-        )
-    if opts.get("table") and opts.get("query"):
-        raise PlanError(f"{where}: give table or query, not both")
-    if mode == "cdc" and opts.get("query"):
-        raise PlanError(f"{where}: mode = 'cdc' reads a table, not a query")
-    if mode == "incremental" and not (
-        opts.get("incrementing.column") or opts.get("timestamp.column")
-    ):
-        raise PlanError(
-            f"{where}: mode = 'incremental' needs incrementing.column and/or timestamp.column"
-        )
+    return reader_spec(FORMAT, cfg, lambda: discover(cfg, cfg.mode == "cdc", where), where)
 
 
 def drop_source(opts: dict[str, Any], connector: str) -> str | None:

@@ -3,34 +3,10 @@ primary key, looked up at CREATE (unsupported types and missing tables are named
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from connectql.connectors.postgres.client import connect
 from connectql.connectors.postgres.types import spark_type
+from connectql.connectors.tablereader import Table
 from connectql.errors import PlanError
-
-CDC_COLUMNS = (
-    ("__op", "STRING"),
-    ("__ts_ms", "BIGINT"),
-    ("__pos", "STRING"),
-    ("__source", "STRING"),
-)
-
-
-@dataclass(frozen=True)
-class Table:
-    schema: str
-    name: str
-    columns: tuple[tuple[str, str, str], ...]  # (name, PostgreSQL type, Spark type)
-    key: tuple[str, ...]
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.schema}.{self.name}"
-
-    def ddl(self, cdc: bool) -> str:
-        cols = [(n, s) for n, _pg, s in self.columns] + (list(CDC_COLUMNS) if cdc else [])
-        return ", ".join(f"`{n}` {t}" for n, t in cols)
 
 
 def describe_table(conn, schema: str, name: str, where: str) -> Table:

@@ -52,7 +52,9 @@ def reason(e: Exception, cfg: dict[str, Any]) -> str:
     if cfg.get("password"):
         text = text.replace(str(cfg["password"]), "****")
     if code == ACCESS_DENIED:
-        return f"access denied for user '{cfg.get('user') or 'root'}' (wrong password or no such user)"
+        return (
+            f"access denied for user '{cfg.get('user') or 'root'}' (wrong password or no such user)"
+        )
     if code == UNKNOWN_DATABASE:
         return f"database '{cfg.get('database')}' does not exist"
     if code in (CANNOT_CONNECT, UNKNOWN_HOST):

@@ -8,6 +8,12 @@ from typing import Any
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
 from connectql.connectors.dbsink import SinkSettings, sink_mode
+from connectql.connectors.dbsource import (
+    check_source_options,
+    config_fields,
+    reader_spec,
+    source_options,
+)
 from connectql.connectors.mysql.client import connection_config, split_table
 from connectql.connectors.mysql.datasource import FORMAT
 from connectql.connectors.options import Option
@@ -66,6 +72,54 @@ SINK_OPTIONS = {
 }
 
 
+SOURCE_OPTIONS = {
+    **SOURCE_COMMON,
+    **CONNECTION,
+    **source_options("binary log"),
+    **{
+        o.name: o
+        for o in [
+            Option(
+                "server.id",
+                "int",
+                doc="cdc: the id the binlog client registers with (unique among the server's"
+                " replicas); default: derived from the connector's name",
+            ),
+            Option(
+                "heartbeat.interval.ms",
+                "int",
+                30000,
+                doc="cdc: move the offset past other tables' transactions this often while the"
+                " captured table is quiet, so later looks ahead start further on",
+            ),
+        ]
+    },
+}
+
+
+def plan_source(opts: dict[str, Any]) -> ReaderSpec:
+    from connectql.connectors.mysql.source import ReaderConfig
+    from connectql.connectors.mysql.tables import discover
+
+    where = "mysql source"
+    check_source_options(opts, where)
+    database, table = (
+        split_table(opts["table"], opts["database"])
+        if opts.get("table")
+        else (opts["database"], None)
+    )
+    cfg = ReaderConfig(
+        connection=connection_config(opts),
+        schema=database,
+        table=table,
+        server_id=opts.get("server.id") or 0,
+        **config_fields(opts),
+    )
+    if cfg.server_id and cfg.server_id < 1:
+        raise PlanError(f"{where}: server.id must be a positive number")
+    return reader_spec(FORMAT, cfg, lambda: discover(cfg, cfg.mode == "cdc", where), where)
+
+
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
     from connectql.connectors.mysql.sink import prepare_target
 
@@ -95,6 +149,8 @@ PLUGIN = Plugin(
     type="mysql",
     doc="MySQL/MariaDB tables: change-data capture (snapshot + binary log), incremental or bulk"
     " sources; exactly-once append or upsert sink",
+    source_options=SOURCE_OPTIONS,
+    plan_source=plan_source,
     sink_options=SINK_OPTIONS,
     plan_sink=plan_sink,
     delivery="exactly-once",

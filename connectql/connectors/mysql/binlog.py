@@ -1,0 +1,324 @@
+"""Change-data capture from the MySQL/MariaDB binary log (ROW format) with mysql-replication.
+
+A position is {"file": binlog file, "pos": offset after a transaction}: only transaction
+boundaries are ever stored, since resuming inside a transaction loses its first rows. Each read
+opens a non-blocking dump from a boundary and walks whole transactions, so the same range always
+yields the same changes. Column names, signedness and enum/set members come from
+information_schema (servers with binlog_row_metadata = NO_LOG/MINIMAL send none of them)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    TableMapEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+from pyspark.sql.types import StructType
+
+from connectql.connectors.dbsink import META_COLUMNS
+from connectql.connectors.mysql.client import connect, query, reason, where
+from connectql.connectors.mysql.tables import columns_of
+from connectql.connectors.mysql.types import BINARY_TYPES, Column, arrow_schema, binlog_value
+from connectql.connectors.tablereader import Window
+from connectql.errors import ConnectQLError, PermanentError, PlanError, SchemaChanged, SchemaEvolved
+
+# it warns on every dump of a server without binlog_row_metadata = FULL; we supply the metadata
+logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
+
+EVENTS = [TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent]
+EVENTS += [MariadbGtidEvent, RotateEvent]
+OPS = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
+SNAPSHOT_SEQ = 0  # changes count from 1 within their transaction, so snapshot rows sort first
+NO_PRIVILEGE, LOG_GONE = 1227, 1236
+
+
+class BinlogPurged(PermanentError):
+    """The binlog file an offset points into is gone from the server."""
+
+
+def position(file: str, pos: int) -> dict:
+    return {"file": file, "pos": int(pos)}  # fixed key order: Spark compares offsets as text
+
+
+def order(p: dict) -> tuple[int, int]:
+    """A sortable form: binlog files are numbered name.000001, name.000002, ..."""
+    return int(p["file"].rsplit(".", 1)[-1]), int(p["pos"])
+
+
+def text_pos(p: dict, seq: int) -> str:
+    """__pos: sortable as text; a transaction's changes by its end position, then order in it."""
+    index, pos = order(p)
+    return f"{index:08d}-{pos:012d}-{seq:08d}"
+
+
+def current(conn) -> dict:
+    """The server's binlog position now (a transaction boundary)."""
+    for sql in ("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS"):
+        try:
+            rows = query(conn, sql)
+        except pymysql.err.MySQLError as e:
+            if e.args[0] == NO_PRIVILEGE:
+                raise PlanError(_privilege_error(e)) from None
+            continue
+        if rows:
+            return position(_s(rows[0][0]), int(rows[0][1]))
+        break
+    raise PlanError("the server's binary log is off (log_bin = OFF): cdc needs log_bin = ON")
+
+
+def server_id(connector: str, configured: int | None, reader: int) -> int:
+    """The id a binlog client registers with; each connector (and its scanner and reader
+    processes, `reader` 0 or 1) needs its own, or the server drops the older dump."""
+    base = configured or (zlib.crc32(connector.encode()) % 1_000_000_000 + 1_000_000) * 2
+    return base + reader
+
+
+# ------------------------------------------------------------------ walking the log
+
+
+@dataclass
+class Txn:
+    end: dict  # the position after the transaction
+    ts_ms: int
+    gtid: str | None
+    changes: list = field(default_factory=list)  # (op, values, before values or None)
+
+
+class Walker:
+    """Walks committed transactions from a boundary, decoding the captured table's rows."""
+
+    def __init__(self, cfg, columns: list[Column], reader: int):
+        self.cfg, self.columns, self.reader = cfg, columns, reader
+
+    def transactions(self, start: dict, conn=None) -> Iterator[Txn]:
+        stream = self._open(start)
+        txn = Txn(start, 0, None)
+        try:
+            for ev in stream:
+                if isinstance(ev, MariadbGtidEvent):
+                    txn.gtid = ev.gtid
+                elif isinstance(ev, TableMapEvent):
+                    self._describe(ev, conn)
+                elif type(ev) in OPS:
+                    txn.changes += _rows(ev)
+                elif isinstance(ev, XidEvent) or (
+                    isinstance(ev, QueryEvent) and _s(ev.query).strip().upper() != "BEGIN"
+                ):
+                    yield Txn(position(stream.log_file, ev.packet.log_pos), ev.timestamp * 1000,
+                              txn.gtid, txn.changes)  # fmt: skip
+                    txn = Txn(start, 0, None)
+        except pymysql.err.MySQLError as e:
+            raise _log_error(e, self.cfg, start) from None
+        finally:
+            stream.close()
+
+    def _open(self, start: dict) -> BinLogStreamReader:
+        c = self.cfg.connection
+        settings = {"host": c.get("host", "localhost"), "port": int(c.get("port", 3306))}
+        settings |= {"user": c.get("user") or "root", "passwd": c.get("password") or ""}
+        return BinLogStreamReader(
+            connection_settings=settings,
+            server_id=server_id(self.cfg.connector, self.cfg.server_id, self.reader),
+            log_file=start["file"],
+            log_pos=start["pos"],
+            resume_stream=True,
+            blocking=False,
+            only_events=EVENTS,
+            only_schemas=[self.cfg.schema],
+            only_tables=[self.cfg.table],
+            use_column_name_cache=True,
+            enable_logging=False,
+        )
+
+    def _describe(self, ev: TableMapEvent, conn) -> None:
+        """Give the row decoder what a server without full metadata leaves out: names,
+        signedness and enum/set members, from information_schema by ordinal position."""
+        if len(ev.columns) != len(self.columns) and conn is not None:
+            self.columns = columns_of(conn, self.cfg.schema, self.cfg.table)  # schema changed
+        for col, info in zip(ev.columns, self.columns, strict=False):
+            if not col.name or col.name.startswith("UNKNOWN_COL"):
+                col.name = info.name
+            col.unsigned = col.unsigned or info.unsigned
+            if info.data_type in BINARY_TYPES:
+                col.character_set_name = "binary"  # undecodable: the decoder keeps the bytes
+            if info.data_type == "enum" and not col.enum_values:
+                col.enum_values = ["", *info.members]
+            if info.data_type == "set" and not col.set_values:
+                col.set_values = info.members
+        for i, col in enumerate(ev.columns[len(self.columns) :]):
+            col.name = col.name or f"UNKNOWN_COL{len(self.columns) + i}"
+
+
+def _rows(ev) -> list[tuple]:
+    op = OPS[type(ev)]
+    if op == "u":
+        return [(op, r["after_values"], r["before_values"]) for r in ev.rows]
+    return [(op, r["values"], None) for r in ev.rows]
+
+
+def _s(value) -> str:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+# ------------------------------------------------------------------ planning a batch
+
+
+def scan(walker: Walker, start: dict, limit: int, target: dict | None, conn) -> Window:
+    """Look ahead from `start` for the next batch's end: whole transactions up to about `limit`
+    captured rows (and not past `target`)."""
+    relevant, last, rows = None, None, 0
+    for txn in walker.transactions(start, conn):
+        if target is not None and order(txn.end) > order(target):
+            break
+        last = txn.end
+        if txn.changes:
+            relevant, rows = txn.end, rows + len(txn.changes)
+            if rows >= limit:
+                return Window(relevant, last, True)
+    return Window(relevant, last, False)
+
+
+# ------------------------------------------------------------------ reading a batch
+
+
+def read_changes(walker: Walker, part, schema: StructType, key, conn) -> Iterator[pa.RecordBatch]:
+    """The captured changes of the transactions ending in (part.log_from, part.log_to]."""
+    rows = _Rows(walker.cfg, schema, tuple(key))
+    end = order(part.log_to)
+    for txn in walker.transactions(part.log_from, conn):
+        if order(txn.end) > end:
+            break
+        for seq, (op, values, before) in enumerate(txn.changes, start=1):
+            rows.add(op, values, before, txn, seq, walker.columns)
+        if order(txn.end) == end:
+            break
+    if rows.count:
+        yield rows.batch()
+
+
+class _Rows:
+    """Collects change rows column by column, converted to the stream's types."""
+
+    def __init__(self, cfg, schema: StructType, key: tuple[str, ...]):
+        self.cfg, self.key = cfg, key
+        self.arrow = arrow_schema(schema)
+        self.data = [f for f in schema.fields if f.name not in META_COLUMNS]
+        self.names = {f.name for f in self.data}
+        self.columns: dict[str, list] = {f.name: [] for f in schema.fields}
+        self.count = 0
+
+    def add(self, op, values, before, txn: Txn, seq: int, columns: list[Column]) -> None:
+        self._check_columns(op, values)
+        info = {c.name: c for c in columns}
+        if op == "u" and before and self.key:
+            if [before.get(k) for k in self.key] != [values.get(k) for k in self.key]:
+                self._row("d", before, txn, seq, info)  # the key changed: delete the old row
+                self._row("c", values, txn, seq, info)
+                return
+        self._row(op, values, txn, seq, info)
+
+    def _check_columns(self, op: str, values: dict) -> None:
+        added = [c for c in values if c not in self.names]
+        table = f"{self.cfg.schema}.{self.cfg.table}"
+        new = f"table {table} has new column(s) {', '.join(added)}"
+        if added and self.cfg.schema_change == "evolve":
+            raise SchemaEvolved(new)
+        if added and self.cfg.schema_change == "fail":
+            raise SchemaChanged(f"{new} that stream does not have (schema.change = 'fail')")
+        if op == "c" and self.cfg.schema_change == "fail":
+            dropped = [c for c in self.names if c not in values]
+            if dropped:
+                raise SchemaChanged(
+                    f"column(s) {', '.join(dropped)} of table {table} were dropped"
+                    " (schema.change = 'fail')"
+                )
+
+    def _row(self, op, values: dict, txn: Txn, seq: int, info: dict[str, Column]) -> None:
+        for f in self.data:
+            column = info.get(f.name) or Column(f.name, "")
+            self.columns[f.name].append(binlog_value(values.get(f.name), column, f.dataType))
+        meta = {"__op": op, "__ts_ms": txn.ts_ms, "__pos": text_pos(txn.end, seq)}
+        meta["__source"] = source(self.cfg, False, **txn.end, gtid=txn.gtid)
+        for name, value in meta.items():
+            if name in self.columns:
+                self.columns[name].append(value)
+        self.count += 1
+
+    def batch(self) -> pa.RecordBatch:
+        arrays = [pa.array(self.columns[f.name], f.type) for f in self.arrow]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
+
+
+def source(cfg, snapshot: bool, **where) -> str:
+    """__source: the database coordinates of a row (snapshot or change), as JSON."""
+    body = {"db": cfg.schema, "table": cfg.table, "snapshot": snapshot, **where}
+    return json.dumps(body, sort_keys=True)
+
+
+def with_snapshot_columns(batch: pa.RecordBatch, cfg, schema: StructType, pos: dict):
+    """Snapshot rows (`__op = 'r'`) positioned before every change after the snapshot began."""
+    n = batch.num_rows
+    meta = {
+        "__op": pa.array(["r"] * n, pa.string()),
+        "__ts_ms": pa.array([time.time_ns() // 1_000_000] * n, pa.int64()),
+        "__pos": pa.array([text_pos(pos, SNAPSHOT_SEQ)] * n, pa.string()),
+        "__source": pa.array([source(cfg, True, **pos)] * n, pa.string()),
+    }
+    target = arrow_schema(schema)
+    arrays = [meta[f.name] if f.name in meta else batch.column(f.name) for f in target]
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+# ------------------------------------------------------------------ errors
+
+
+def _privilege_error(e) -> str:
+    text = _s(e.args[1]) if len(e.args) > 1 else str(e)
+    if "REPLICATION SLAVE" in text.upper():
+        return (
+            "the user may not read the binary log: it needs the REPLICATION SLAVE privilege"
+            " (GRANT REPLICATION SLAVE ON *.* TO ...)"
+        )
+    return (
+        "the user may not see binary log positions: it needs the REPLICATION CLIENT (MariaDB:"
+        " BINLOG MONITOR) privilege (GRANT REPLICATION CLIENT ON *.* TO ...)"
+    )
+
+
+def _log_error(e, cfg, start: dict) -> ConnectQLError:
+    code = e.args[0] if e.args else None
+    if code == NO_PRIVILEGE:
+        return PlanError(f"{where(cfg.connection)}: {_privilege_error(e)}")
+    if code == LOG_GONE:
+        return BinlogPurged(
+            f"binlog file {start['file']} (position {start['pos']}) is no longer on the server"
+            f" (purged): RESET CONNECTOR {cfg.connector} OFFSETS starts over with a new snapshot"
+        )
+    return ConnectQLError(f"reading the binary log failed: {reason(e, cfg.connection)}")
+
+
+def check_replication(cfg, where_: str) -> None:
+    """At CREATE: the user may see positions and read the log (a dump to the end, no rows)."""
+    with connect(cfg.connection) as conn:
+        try:
+            start = current(conn)
+        except PlanError as e:
+            raise PlanError(f"{where_}: {e}") from None
+    walker = Walker(cfg, [], reader=1)
+    try:
+        for _txn in walker.transactions(start):
+            pass
+    except ConnectQLError as e:
+        raise PlanError(f"{where_}: {str(e).split(': ', 1)[-1]}") from None

@@ -1,0 +1,72 @@
+"""The MySQL source's Spark reader: the shared table reader (tablereader) with MySQL's
+connection, table description and dialect, and for `cdc` the binary log as its change log
+(positions are binlog coordinates, under the offset key "binlog")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from connectql.connectors.mysql import binlog
+from connectql.connectors.mysql.client import connect, qualified
+from connectql.connectors.mysql.db import RAW, MyDb
+from connectql.connectors.mysql.tables import columns_of, describe_source
+from connectql.connectors.tablereader import Range, Table, TableConfig, TableStreamReader, Window
+
+
+@dataclass(frozen=True)
+class ReaderConfig(TableConfig):
+    """A MySQL source's settings: the table reader's plus its binlog client id."""
+
+    server_id: int = 0  # 0: derived from the connector's name
+
+    def relation(self) -> str:
+        if self.query:
+            return f"({self.query}) q"
+        return qualified(self.schema, self.table)
+
+
+class MysqlStreamReader(TableStreamReader):
+    config_class = ReaderConfig
+    LOG_KEY = "binlog"
+
+    def connect(self):
+        return connect(self.cfg.connection, conv=RAW)
+
+    def is_closed(self, conn) -> bool:
+        return not conn.open
+
+    def describe(self, conn) -> Table:
+        return describe_source(conn, self.cfg)
+
+    def dialect(self, conn, table: Table) -> MyDb:
+        return MyDb(conn, {n: t for n, t, _s in table.columns})
+
+    def relation(self) -> str:
+        return self.cfg.relation()
+
+    def _walker(self, conn, reader: int) -> binlog.Walker:
+        return binlog.Walker(self.cfg, columns_of(conn, self.cfg.schema, self.cfg.table), reader)
+
+    def log_start(self, conn) -> dict:
+        return binlog.current(conn)
+
+    def log_now(self, conn) -> dict:
+        return binlog.current(conn)
+
+    def log_scan(self, conn, start: dict, target: dict | None) -> Window:
+        if not hasattr(self, "_scanner"):
+            self._scanner = self._walker(conn, reader=0)
+        return binlog.scan(self._scanner, start, self.cfg.batch_rows, target, conn)
+
+    def log_order(self, position: dict):
+        return binlog.order(position)
+
+    def log_read(self, conn, part: Range) -> Iterator[pa.RecordBatch]:
+        key = self._meta(conn).key
+        yield from binlog.read_changes(self._walker(conn, 1), part, self.schema, key, conn)
+
+    def with_snapshot_columns(self, batch: pa.RecordBatch, position: dict) -> pa.RecordBatch:
+        return binlog.with_snapshot_columns(batch, self.cfg, self.schema, position)

@@ -40,6 +40,10 @@ class SchemaChanged(PermanentError):
     """The captured table's columns changed upstream and schema.change says to stop."""
 
 
+class ChangeLogGone(PermanentError):
+    """The change log an offset points into is gone from the server (e.g. a purged binlog)."""
+
+
 class SchemaEvolved(ConnectQLError):
     """The captured table gained columns and schema.change = 'evolve': widen the stream."""
 

@@ -32,7 +32,7 @@ from connectql.connectors.mysql.client import connect, query, reason, where
 from connectql.connectors.mysql.tables import columns_of
 from connectql.connectors.mysql.types import BINARY_TYPES, Column, arrow_schema, binlog_value
 from connectql.connectors.tablereader import Window
-from connectql.errors import ConnectQLError, PermanentError, PlanError, SchemaChanged, SchemaEvolved
+from connectql.errors import ChangeLogGone, ConnectQLError, PlanError, SchemaChanged, SchemaEvolved
 
 # it warns on every dump of a server without binlog_row_metadata = FULL; we supply the metadata
 logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
@@ -42,10 +42,6 @@ EVENTS += [MariadbGtidEvent, RotateEvent]
 OPS = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
 SNAPSHOT_SEQ = 0  # changes count from 1 within their transaction, so snapshot rows sort first
 NO_PRIVILEGE, LOG_GONE = 1227, 1236
-
-
-class BinlogPurged(PermanentError):
-    """The binlog file an offset points into is gone from the server."""
 
 
 def position(file: str, pos: int) -> dict:
@@ -302,7 +298,7 @@ def _log_error(e, cfg, start: dict) -> ConnectQLError:
     if code == NO_PRIVILEGE:
         return PlanError(f"{where(cfg.connection)}: {_privilege_error(e)}")
     if code == LOG_GONE:
-        return BinlogPurged(
+        return ChangeLogGone(
             f"binlog file {start['file']} (position {start['pos']}) is no longer on the server"
             f" (purged): RESET CONNECTOR {cfg.connector} OFFSETS starts over with a new snapshot"
         )

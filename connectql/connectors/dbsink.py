@@ -256,13 +256,15 @@ class Target:
     def temp_table(self, conn, name: str, select: str) -> None:
         raise NotImplementedError
 
-    def record_sql(self) -> str:  # upsert (writer_id, connector, batch_id) into progress
+    def new_value(self, column: str) -> str:  # in an upsert's update: the row's new value
+        raise NotImplementedError
+
+    def on_conflict(self, key: list[str], assignments: list[str]) -> str:
+        """The clause that turns an INSERT into an upsert on `key` (assignments may be [])."""
         raise NotImplementedError
 
     def delete_sql(self, target: str, changes: str) -> str:
-        raise NotImplementedError
-
-    def upsert_sql(self, target: str, cols: list[str], select: str) -> str:
+        """Delete the target rows whose key has a last change __op = 'd' in `changes`."""
         raise NotImplementedError
 
     def add_column_sql(self, column: str, type_: str) -> str:
@@ -287,6 +289,27 @@ class Target:
 
     def columns(self, names) -> str:
         return ", ".join(self.quote(n) for n in names)
+
+    def key_match(self, left: str, right: str) -> str:
+        return " AND ".join(f"{left}.{self.quote(k)} = {right}.{self.quote(k)}" for k in self.s.key)
+
+    def record_sql(self) -> str:
+        """Upsert (writer_id, connector, batch_id) into the progress table."""
+        return (
+            f"INSERT INTO {self.table(PROGRESS_TABLE)} (writer_id, connector, batch_id)"
+            " VALUES (%s, %s, %s) "
+            + self.on_conflict(
+                ["writer_id"],
+                [f"batch_id = {self.new_value('batch_id')}", "updated_at = CURRENT_TIMESTAMP"],
+            )
+        )
+
+    def upsert_sql(self, target: str, cols: list[str], select: str) -> str:
+        rest = [c for c in cols if c not in self.s.key]
+        sets = [f"{self.quote(c)} = {self.new_value(c)}" for c in rest]
+        return f"INSERT INTO {target} ({self.columns(cols)}) {select} " + self.on_conflict(
+            list(self.s.key), sets
+        )
 
     def prepare(self, where: str) -> dict[str, str]:
         """Create the progress table and (auto.create) the target; check that an existing

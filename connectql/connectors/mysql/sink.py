@@ -26,7 +26,6 @@ import pymysql
 from pyspark.sql.types import BinaryType, StructType
 
 from connectql.connectors.dbsink import (
-    PROGRESS_TABLE,
     SEQ_COLUMN,
     DbStreamWriter,
     SinkSettings,
@@ -160,23 +159,18 @@ class MysqlTarget(Target):
         self.execute(conn, f"DROP TEMPORARY TABLE IF EXISTS {name}")  # no implicit commit
         self.execute(conn, f"CREATE TEMPORARY TABLE {name} AS {select}")
 
-    def record_sql(self) -> str:
-        return (
-            f"INSERT INTO {self.table(PROGRESS_TABLE)} (writer_id, connector, batch_id)"
-            " VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE batch_id = VALUES(batch_id),"
-            " updated_at = CURRENT_TIMESTAMP"
+    def new_value(self, column: str) -> str:
+        return f"VALUES({quote(column)})"
+
+    def on_conflict(self, key: list[str], assignments: list[str]) -> str:
+        # MySQL upserts on any unique key; with nothing to update, a no-op keeps the row
+        return "ON DUPLICATE KEY UPDATE " + ", ".join(
+            assignments or [f"{quote(key[0])} = {quote(key[0])}"]
         )
 
     def delete_sql(self, target: str, changes: str) -> str:
-        match = " AND ".join(f"t.{quote(k)} = l.{quote(k)}" for k in self.s.key)
+        match = self.key_match("t", "l")
         return f"DELETE t FROM {target} t JOIN {changes} l ON {match} WHERE l.__op = 'd'"
-
-    def upsert_sql(self, target: str, cols: list[str], select: str) -> str:
-        rest = [c for c in cols if c not in self.s.key] or [self.s.key[0]]
-        action = ", ".join(f"{quote(c)} = VALUES({quote(c)})" for c in rest)
-        return (
-            f"INSERT INTO {target} ({self.columns(cols)}) {select} ON DUPLICATE KEY UPDATE {action}"
-        )
 
     def add_column_sql(self, column: str, type_: str) -> str:
         return f"ALTER TABLE {self.table(self.s.table)} ADD COLUMN {quote(column)} {type_}"

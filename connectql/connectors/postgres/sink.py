@@ -10,7 +10,6 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from connectql.connectors.dbsink import (
-    PROGRESS_TABLE,
     SEQ_COLUMN,
     DbStreamWriter,
     SinkSettings,
@@ -81,29 +80,16 @@ class PgTarget(Target):
         conn.execute(f"DROP TABLE IF EXISTS {name}")
         conn.execute(f"CREATE TEMP TABLE {name} ON COMMIT DROP AS {select}")
 
-    def record_sql(self) -> str:
-        return (
-            f"INSERT INTO {self.table(PROGRESS_TABLE)} (writer_id, connector, batch_id)"
-            " VALUES (%s, %s, %s) ON CONFLICT (writer_id) DO UPDATE SET"
-            " batch_id = EXCLUDED.batch_id, updated_at = now()"
-        )
+    def new_value(self, column: str) -> str:
+        return f"EXCLUDED.{self.quote(column)}"
+
+    def on_conflict(self, key: list[str], assignments: list[str]) -> str:
+        action = f"DO UPDATE SET {', '.join(assignments)}" if assignments else "DO NOTHING"
+        return f"ON CONFLICT ({self.columns(key)}) {action}"
 
     def delete_sql(self, target: str, changes: str) -> str:
-        match = " AND ".join(f"t.{self.quote(k)} = l.{self.quote(k)}" for k in self.s.key)
+        match = self.key_match("t", "l")
         return f"DELETE FROM {target} t USING {changes} l WHERE l.__op = 'd' AND {match}"
-
-    def upsert_sql(self, target: str, cols: list[str], select: str) -> str:
-        rest = [c for c in cols if c not in self.s.key]
-        action = (
-            "DO UPDATE SET "
-            + ", ".join(f"{self.quote(c)} = EXCLUDED.{self.quote(c)}" for c in rest)
-            if rest
-            else "DO NOTHING"
-        )
-        return (
-            f"INSERT INTO {target} ({self.columns(cols)}) {select}"
-            f" ON CONFLICT ({self.columns(self.s.key)}) {action}"
-        )
 
     def add_column_sql(self, column: str, type_: str) -> str:
         return (

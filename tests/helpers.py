@@ -35,7 +35,7 @@ def run(worker, sql: str):
     return [result for _stmt, result in worker.run_script(sql)]
 
 
-def replay_last_batch(home, script: str, connector: str) -> None:
+def replay_last_batch(home, script: str, connector: str, before_replay=None) -> None:
     """Run `script` (a `run = 'once'` pipeline) in a worker, then make Spark believe the
     connector's last batch never finished (a crash between the sink's commit and Spark's commit
     log) and run the connector again in a new worker: Spark replays that batch."""
@@ -49,6 +49,8 @@ def replay_last_batch(home, script: str, connector: str) -> None:
     last = max(commits.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
     last.unlink()
     (commits / f".{last.name}.crc").unlink(missing_ok=True)
+    if before_replay:
+        before_replay()
     second = Worker(home)
     run(second, f"RESTART CONNECTOR {connector}")
     second.wait_for_once()

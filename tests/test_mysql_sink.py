@@ -12,6 +12,7 @@ from decimal import Decimal
 import pymysql
 import pytest
 
+from connectql.connectors.dbsink import stage_name
 from connectql.errors import ConnectQLError
 from tests.helpers import read_parquet_rows, replay_last_batch, run, run_rejecting_sinks
 from tests.mariadbserver import create_database
@@ -113,8 +114,14 @@ def test_a_replayed_sink_batch_is_skipped_exactly_once(spark, home, db):
         CREATE SINK CONNECTOR IF NOT EXISTS out TO mysql FROM nums
           WITH ({connection(db)}, table = 'appended', run = 'once');
     """
-    replay_last_batch(home, script, "out")
+
+    def lose_a_drop():
+        writer = (home / "checkpoints/out/connectql-writer-id").read_text().strip()
+        sql(db, f"CREATE TABLE {stage_name(writer, 0, 7)} (id BIGINT)")
+
+    replay_last_batch(home, script, "out", before_replay=lose_a_drop)
     assert sql(db, "SELECT count(*), count(DISTINCT id) FROM appended") == [(1000, 1000)]
+    assert sql(db, "SHOW TABLES LIKE 'cq\\_stage\\_%'") == []  # dropped at the next commit
 
 
 # ------------------------------------------------------------------ values

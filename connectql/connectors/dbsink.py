@@ -293,6 +293,18 @@ class Target:
     def key_match(self, left: str, right: str) -> str:
         return " AND ".join(f"{left}.{self.quote(k)} = {right}.{self.quote(k)}" for k in self.s.key)
 
+    def ensure_progress_row(self) -> None:
+        """Give the writer its progress row (batch -1) up front, so that commit's SELECT ...
+        FOR UPDATE always locks a row: locking a missing one takes a gap lock in InnoDB, and
+        two sinks committing their first batch into one database would deadlock."""
+        with self.connect(autocommit=True) as conn:
+            self.execute(
+                conn,
+                f"INSERT INTO {self.table(PROGRESS_TABLE)} (writer_id, connector, batch_id)"
+                " VALUES (%s, %s, -1) " + self.on_conflict(["writer_id"], []),
+                (self.s.writer_id, self.s.connector),
+            )
+
     def record_sql(self) -> str:
         """Upsert (writer_id, connector, batch_id) into the progress table."""
         return (
@@ -503,6 +515,7 @@ class DbStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, schema: StructType, options: dict[str, str]):
         self.target = self.TARGET(SinkSettings.from_options(options), schema)
         self.target.prepare(f"sink connector '{self.target.s.connector}'")
+        self.target.ensure_progress_row()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         ctx = TaskContext.get()

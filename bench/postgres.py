@@ -665,7 +665,7 @@ def sink_steps(
 
     from connectql.connectors.dbsink import SEQ_COLUMN, SinkSettings
     from connectql.connectors.postgres.client import connect
-    from connectql.connectors.postgres.sink import column_types, merge
+    from connectql.connectors.postgres.sink import PgTarget, column_types
     from connectql.connectors.postgres.types import arrow_to_csv
 
     tag = f"sink ({label}): " if label else "sink: "
@@ -709,10 +709,10 @@ def sink_steps(
     with connect(conn_cfg) as conn:
         t0 = time.perf_counter()
         with conn.transaction():
-            merge(conn, settings, names, [stage])
+            PgTarget(settings, schema).merge(conn, f"SELECT * FROM {stage}")
         steps.append(
             (
-                tag + "merge (DISTINCT ON + INSERT ON CONFLICT)",
+                tag + "merge (ROW_NUMBER + INSERT ON CONFLICT)",
                 time.perf_counter() - t0,
                 "into an empty target, one transaction",
             )

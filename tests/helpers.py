@@ -33,3 +33,64 @@ def read_parquet_rows(path, sql: str = "SELECT count(*), count(DISTINCT id) FROM
 def run(worker, sql: str):
     """Execute a script in `worker` and return the list of results."""
     return [result for _stmt, result in worker.run_script(sql)]
+
+
+def replay_last_batch(home, script: str, connector: str, before_replay=None) -> None:
+    """Run `script` (a `run = 'once'` pipeline) in a worker, then make Spark believe the
+    connector's last batch never finished (a crash between the sink's commit and Spark's commit
+    log) and run the connector again in a new worker: Spark replays that batch."""
+    from connectql.server.worker import Worker
+
+    first = Worker(home)
+    run(first, script)
+    first.wait_for_once()
+    first.close(stop_spark=False)
+    commits = home / f"checkpoints/{connector}/commits"
+    last = max(commits.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    last.unlink()
+    (commits / f".{last.name}.crc").unlink(missing_ok=True)
+    if before_replay:
+        before_replay()
+    second = Worker(home)
+    run(second, f"RESTART CONNECTOR {connector}")
+    second.wait_for_once()
+    second.close(stop_spark=False)
+    assert last.exists(), "Spark ran the batch again and logged its commit"
+
+
+def run_rejecting_sinks(worker, sink_type: str, conn: str) -> int:
+    """2000 datagen rows into two existing tables `tolerant` and `strict` of a database sink
+    (`conn`: its connection options), both with CHECK (qty <= 100): `tolerant` dead-letters to
+    `rejects`, `strict` fails. Checks the dead letters and the counts of `tolerant`; returns how
+    many rows have qty > 100."""
+    import json
+
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR gen FROM datagen INTO nums WITH ('rows.total' = 2000,
+          run = 'once', seed = 5, fields = 'id BIGINT SEQUENCE, qty INT RANDOM(1, 120)');
+        CREATE SINK CONNECTOR tolerant TO {sink_type} FROM nums WITH ({conn}, table = 'tolerant',
+          'primary.key' = 'id', run = 'once', 'tasks.max' = 2,
+          'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'rejects');
+        CREATE SINK CONNECTOR strict TO {sink_type} FROM nums WITH ({conn}, table = 'strict',
+          run = 'once', 'errors.retry.max' = 0);
+        """,
+    )
+    worker.wait_for_once()
+    over = read_parquet_rows(worker.home / "streams/nums", "SELECT count(*) FROM t WHERE qty > 100")
+    over = over[0][0]
+    assert over > 0
+    letters = run(
+        worker, "SELECT connector, stage, error_class, raw_record, source_offset FROM rejects"
+    )[0].rows
+    assert len(letters) == over
+    assert {(c, s, e) for c, s, e, _r, _o in letters} == {("tolerant", "write", "CheckViolation")}
+    assert all(json.loads(raw)["qty"] > 100 for *_x, raw, _o in letters)
+    assert all("batch" in json.loads(offset) for *_x, offset in letters)
+    counts = worker.catalog.query(
+        "SELECT rows_total, rows_written, rows_dead_lettered FROM connectors WHERE name = 'tolerant'"
+    )[1]
+    assert counts == [(2000, 2000 - over, over)]
+    assert worker.catalog.get_connector("strict").state == "FAILED"
+    return over

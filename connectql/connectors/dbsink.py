@@ -1,11 +1,21 @@
-"""What every database sink shares (PostgreSQL now, MySQL later): its settings, which columns
-reach the target, staging-table names, and the order that picks the last change per key."""
+"""What every database sink (PostgreSQL, MySQL) shares: its settings, which columns reach the
+target, staging-table names, the order that picks the last change per key, the progress table,
+the exactly-once write/commit protocol (`Target`, `DbStreamWriter`) and dead letters."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from connectql.catalog.streams import append_table
 from connectql.connectors.options import from_spark_options, to_spark_options
 from connectql.errors import PlanError
 
@@ -101,7 +111,7 @@ def deadletter_name(writer_id: str, batch_id: int) -> str:
 
 
 def stage_name(writer_id: str, batch_id: int, partition: int) -> str:
-    return f"cq_stage_{writer_id}_{batch_id}_{partition}"
+    return f"{stage_prefix(writer_id)}{batch_id}_{partition}"
 
 
 def change_order(names: list[str]) -> list[str]:
@@ -112,3 +122,408 @@ def change_order(names: list[str]) -> list[str]:
 
 def has_deletes(names: list[str], s: SinkSettings) -> bool:
     return s.mode == "upsert" and s.delete_enabled and "__op" in names
+
+
+def stage_prefix(writer_id: str) -> str:
+    return f"cq_stage_{writer_id}_"
+
+
+def progress_ddl(table: str, timestamp: str) -> str:
+    """The progress table (one row per writer: the last batch it committed), in SQL that both
+    PostgreSQL and MySQL read; `timestamp` is the dialect's type for updated_at."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} (writer_id VARCHAR(64) PRIMARY KEY,"
+        f" connector TEXT, batch_id BIGINT NOT NULL,"
+        f" updated_at {timestamp} NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+    )
+
+
+def last_change_select(quote: Callable[[str], str], key, names: list[str], source: str) -> str:
+    """The last change per key among the rows of `source` (a SELECT of staged rows), newest by
+    change_order; ROW_NUMBER() works on PostgreSQL and on MySQL 8 / MariaDB 10.2+."""
+    part = ", ".join(quote(k) for k in key)
+    order = ", ".join(f"{quote(c)} DESC" for c in change_order(names))
+    return (
+        f"SELECT * FROM (SELECT src.*, ROW_NUMBER() OVER (PARTITION BY {part} ORDER BY {order})"
+        f" AS cq_rn FROM ({source}) src) ranked WHERE cq_rn = 1"
+    )
+
+
+LIVE = " WHERE (__op IS NULL OR __op <> 'd')"  # the rows of a change set that are not deletes
+
+
+def isolate(
+    total: int,
+    attempt: Callable[[int, int], None],
+    row_of: Callable[[int], tuple[str, int]],
+    rejects: Callable[[Exception], bool],
+) -> list[tuple[str, int, Exception]]:
+    """Write rows 1..total (`attempt(lo, hi)` writes a range, all or nothing), splitting a
+    range the target rejects in halves until each rejected row stands alone; returns (row as
+    JSON, seq, error) of those, from `row_of(n)`. Errors that are not rejections are raised."""
+    rejected: list[tuple[str, int, Exception]] = []
+
+    def go(lo: int, hi: int) -> None:
+        try:
+            attempt(lo, hi)
+        except Exception as e:
+            if not rejects(e):
+                raise
+            if lo == hi:
+                raw, seq = row_of(lo)
+                rejected.append((raw, seq, e))
+                return
+            mid = (lo + hi) // 2
+            go(lo, mid)
+            go(mid + 1, hi)
+
+    if total:
+        go(1, total)
+    return rejected
+
+
+def dead_letters(s: SinkSettings, batch_id: int, rejected, describe) -> pa.Table:
+    """Rows of the dead-letter stream for a batch's rejected rows; describe(error) gives its
+    (class, one-line message)."""
+    from connectql.runtime.deadletters import DEADLETTER_ARROW
+
+    now = datetime.now(timezone.utc)
+    rows = []
+    for raw, seq, e in rejected:
+        error_class, message = describe(e)
+        rows.append(
+            {
+                "connector": s.connector,
+                "stage": "write",
+                "source_offset": json.dumps({"batch": batch_id, "row": seq}),
+                "error_class": error_class,
+                "error_message": message,
+                "raw_record": raw,
+                "time": now,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=DEADLETTER_ARROW)
+
+
+@dataclass
+class Staged(WriterCommitMessage):
+    table: str | None  # None: the batch was committed before (a replay); nothing staged
+    rows: int
+
+
+class Target:
+    """A database sink's target table and the exactly-once protocol around it; a subclass
+    gives the dialect (connection, quoting, staging, the statements that differ).
+
+    write (each task): skip a batch the progress table already has; else load the task's rows
+    into a staging table. commit (the driver, once per batch), in one transaction: lock the
+    writer's progress row, skip a replayed batch, merge the staging tables into the target
+    (rows the target rejects go to the dead-letter stream when there is one), record the batch
+    id; then drop the staging tables (inside the transaction where DDL is transactional)."""
+
+    DDL_IN_TRANSACTION = True
+    PROGRESS_TIMESTAMP = "TIMESTAMP"
+    TABLE_OPTIONS = ""  # after CREATE TABLE (...)
+
+    def __init__(self, s: SinkSettings, schema):
+        self.s = s
+        self.schema = schema
+        self.names = staged_columns(schema.fieldNames(), s.mode)
+
+    # -- the dialect ------------------------------------------------------------------
+    def connect(self, autocommit: bool):  # a connection usable as a context manager
+        raise NotImplementedError
+
+    def quote(self, name: str) -> str:
+        raise NotImplementedError
+
+    def execute(self, conn, statement: str, params=None) -> list[tuple]:
+        raise NotImplementedError
+
+    def transaction(self, conn):  # the batch's transaction; on a nested call, a savepoint
+        raise NotImplementedError
+
+    def savepoint(self, conn):
+        raise NotImplementedError
+
+    def column_types(self, where: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def load(self, conn, stage: str, batches, first_seq: int) -> int:
+        """Create the staging table `stage` and load the rows; returns how many."""
+        raise NotImplementedError
+
+    def temp_table(self, conn, name: str, select: str) -> None:
+        raise NotImplementedError
+
+    def new_value(self, column: str) -> str:  # in an upsert's update: the row's new value
+        raise NotImplementedError
+
+    def on_conflict(self, key: list[str], assignments: list[str]) -> str:
+        """The clause that turns an INSERT into an upsert on `key` (assignments may be [])."""
+        raise NotImplementedError
+
+    def delete_sql(self, target: str, changes: str) -> str:
+        """Delete the target rows whose key has a last change __op = 'd' in `changes`."""
+        raise NotImplementedError
+
+    def add_column_sql(self, column: str, type_: str) -> str:
+        raise NotImplementedError
+
+    def has_unique(self, conn) -> bool:
+        raise NotImplementedError
+
+    def row_json(self, conn, select: str) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def rejects(self, e: Exception) -> bool:
+        """Whether the target refused the rows (constraint, type, length) rather than failed."""
+        raise NotImplementedError
+
+    def describe(self, e: Exception) -> tuple[str, str]:
+        return type(e).__name__, str(e).strip().splitlines()[0]
+
+    # -- shared -----------------------------------------------------------------------
+    def table(self, name: str) -> str:
+        return f"{self.quote(self.s.schema)}.{self.quote(name)}"
+
+    def columns(self, names) -> str:
+        return ", ".join(self.quote(n) for n in names)
+
+    def key_match(self, left: str, right: str) -> str:
+        return " AND ".join(f"{left}.{self.quote(k)} = {right}.{self.quote(k)}" for k in self.s.key)
+
+    def ensure_progress_row(self) -> None:
+        """Give the writer its progress row (batch -1) up front, so that commit's SELECT ...
+        FOR UPDATE always locks a row: locking a missing one takes a gap lock in InnoDB, and
+        two sinks committing their first batch into one database would deadlock."""
+        with self.connect(autocommit=True) as conn:
+            self.execute(
+                conn,
+                f"INSERT INTO {self.table(PROGRESS_TABLE)} (writer_id, connector, batch_id)"
+                " VALUES (%s, %s, -1) " + self.on_conflict(["writer_id"], []),
+                (self.s.writer_id, self.s.connector),
+            )
+
+    def record_sql(self) -> str:
+        """Upsert (writer_id, connector, batch_id) into the progress table."""
+        return (
+            f"INSERT INTO {self.table(PROGRESS_TABLE)} (writer_id, connector, batch_id)"
+            " VALUES (%s, %s, %s) "
+            + self.on_conflict(
+                ["writer_id"],
+                [f"batch_id = {self.new_value('batch_id')}", "updated_at = CURRENT_TIMESTAMP"],
+            )
+        )
+
+    def upsert_sql(self, target: str, cols: list[str], select: str) -> str:
+        rest = [c for c in cols if c not in self.s.key]
+        sets = [f"{self.quote(c)} = {self.new_value(c)}" for c in rest]
+        return f"INSERT INTO {target} ({self.columns(cols)}) {select} " + self.on_conflict(
+            list(self.s.key), sets
+        )
+
+    def prepare(self, where: str) -> dict[str, str]:
+        """Create the progress table and (auto.create) the target; check that an existing
+        target has every column and, for upserts, a unique key. Raises PlanError naming what
+        is wrong. Returns the type of each column."""
+        s = self.s
+        check_columns(self.schema.fieldNames(), s, where)
+        types = self.column_types(where)
+        cols = target_columns(self.schema.fieldNames(), s.mode)
+        with self.connect(autocommit=True) as conn:
+            self.execute(
+                conn,
+                progress_ddl(self.table(PROGRESS_TABLE), self.PROGRESS_TIMESTAMP)
+                + self.TABLE_OPTIONS,
+            )
+            existing = {
+                r[0]
+                for r in self.execute(
+                    conn,
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = %s"
+                    " AND table_name = %s",
+                    (s.schema, s.table),
+                )
+            }
+            if not existing:
+                if not s.auto_create:
+                    raise PlanError(
+                        f"{where}: table {s.schema}.{s.table} does not exist (auto.create = false)"
+                    )
+                defs = [f"{self.quote(c)} {types[c]}" for c in cols]
+                if s.mode == "upsert":
+                    defs.append(f"PRIMARY KEY ({self.columns(s.key)})")
+                self.execute(
+                    conn,
+                    f"CREATE TABLE IF NOT EXISTS {self.table(s.table)} ({', '.join(defs)})"
+                    + self.TABLE_OPTIONS,
+                )
+                return types
+            missing = [c for c in cols if c not in existing]
+            if missing and not s.auto_evolve:
+                raise PlanError(
+                    f"{where}: table {s.schema}.{s.table} has no column {', '.join(missing)}"
+                    " (auto.evolve = false)"
+                )
+            for c in missing:
+                self.execute(conn, self.add_column_sql(c, types[c]))
+            if s.mode == "upsert" and not self.has_unique(conn):
+                raise PlanError(
+                    f"{where}: upsert needs a primary key or unique index on ({', '.join(s.key)})"
+                    f" in table {s.schema}.{s.table}"
+                )
+        return types
+
+    def committed(self, conn, lock: bool = False) -> int:
+        rows = self.execute(
+            conn,
+            f"SELECT batch_id FROM {self.table(PROGRESS_TABLE)} WHERE writer_id = %s"
+            + (" FOR UPDATE" if lock else ""),
+            (self.s.writer_id,),
+        )
+        return rows[0][0] if rows else -1
+
+    def stage(self, batch_id: int, partition: int, batches) -> Staged:
+        """A task's part of a batch, loaded into its staging table (nothing for a replay)."""
+        name = stage_name(self.s.writer_id, batch_id, partition)
+        with self.connect(autocommit=True) as conn:
+            if self.committed(conn) >= batch_id:
+                return Staged(None, 0)
+            self.execute(conn, f"DROP TABLE IF EXISTS {self.table(name)}")
+            selected = (rb.select(self.names) for rb in batches)
+            rows = self.load(conn, name, selected, partition << 40)
+        return Staged(name, rows)
+
+    def commit(self, messages: list[Staged | None], batch_id: int) -> None:
+        stages = staged_tables(messages)
+        with self.connect(autocommit=False) as conn:
+            with self.transaction(conn):
+                if self.committed(conn, lock=True) < batch_id:
+                    if stages:
+                        self.apply(conn, stages, batch_id)
+                    self.execute(
+                        conn, self.record_sql(), (self.s.writer_id, self.s.connector, batch_id)
+                    )
+                if self.DDL_IN_TRANSACTION:
+                    self.drop(conn, stages)
+            if not self.DDL_IN_TRANSACTION:
+                self.drop(conn, stages)
+            self.drop_stale(conn, batch_id)
+
+    def abort(self, messages: list[Staged | None]) -> None:
+        with self.connect(autocommit=True) as conn:
+            self.drop(conn, staged_tables(messages))
+
+    def drop(self, conn, stages: list[str]) -> None:
+        for name in stages:
+            self.execute(conn, f"DROP TABLE IF EXISTS {self.table(name)}")
+
+    def drop_stale(self, conn, batch_id: int) -> None:
+        """Drop this writer's staging tables of batches up to `batch_id` that are still there
+        (a drop lost to a crash, a task that failed without abort)."""
+        prefix = stage_prefix(self.s.writer_id)
+        pattern = prefix.replace("_", "\\_") + "%"
+        rows = self.execute(
+            conn,
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+            " AND table_name LIKE %s",
+            (self.s.schema, pattern),
+        )
+        stale = [r[0] for r in rows if _stage_batch(r[0], prefix) <= batch_id]
+        self.drop(conn, stale)
+
+    def union(self, stages: list[str]) -> str:
+        return " UNION ALL ".join(f"SELECT * FROM {self.table(t)}" for t in stages)
+
+    def apply(self, conn, stages: list[str], batch_id: int) -> None:
+        """Merge the batch; with a dead-letter stream, rows the target rejects go there (in the
+        same commit, before the batch counts as done) and the others are written."""
+        source = self.union(stages)
+        try:
+            with self.savepoint(conn):  # a rejected batch leaves nothing behind
+                self.merge(conn, source)
+        except Exception as e:
+            if not (self.s.deadletter and self.rejects(e)):
+                raise
+            rejected = self.isolate(conn, source)
+            name = deadletter_name(self.s.writer_id, batch_id)
+            append_table(
+                self.s.deadletter, name, dead_letters(self.s, batch_id, rejected, self.describe)
+            )
+
+    def isolate(self, conn, source: str) -> list[tuple[str, int, Exception]]:
+        """Number the batch's rows in change order, then write them range by range (isolate)."""
+        order = ", ".join(self.quote(c) for c in change_order(self.names))
+        self.temp_table(
+            conn,
+            "cq_all",
+            f"SELECT src.*, ROW_NUMBER() OVER (ORDER BY {order}) AS cq_n FROM ({source}) src",
+        )
+        total = self.execute(conn, "SELECT count(*) FROM cq_all")[0][0]
+        cols = self.columns([*self.names, SEQ_COLUMN])
+
+        def rows(lo: int, hi: int) -> str:
+            return f"SELECT {cols} FROM cq_all WHERE cq_n BETWEEN {lo} AND {hi}"
+
+        def attempt(lo: int, hi: int) -> None:
+            with self.savepoint(conn):
+                self.merge(conn, rows(lo, hi))
+
+        return isolate(total, attempt, lambda n: self.row_json(conn, rows(n, n)), self.rejects)
+
+    def merge(self, conn, source: str) -> None:
+        """Apply the rows of `source` (a SELECT of staged rows) to the target inside the
+        caller's transaction: append in stream order, or the last change per key (deletes,
+        then an upsert of the rest)."""
+        s, names = self.s, self.names
+        target = self.table(s.table)
+        cols = target_columns(names, s.mode)
+        listed = self.columns(cols)
+        if s.mode == "append":
+            self.execute(
+                conn,
+                f"INSERT INTO {target} ({listed}) SELECT {listed} FROM ({source}) src"
+                f" ORDER BY {self.quote(SEQ_COLUMN)}",
+            )
+            return
+        self.temp_table(conn, "cq_last", last_change_select(self.quote, s.key, names, source))
+        live = ""
+        if "__op" in names:
+            live = LIVE
+            if has_deletes(names, s):
+                self.execute(conn, self.delete_sql(target, "cq_last"))
+        self.execute(conn, self.upsert_sql(target, cols, f"SELECT {listed} FROM cq_last{live}"))
+
+
+def staged_tables(messages) -> list[str]:
+    return [m.table for m in messages if m is not None and m.table]
+
+
+def _stage_batch(table: str, prefix: str) -> int:
+    try:
+        return int(table[len(prefix) :].split("_")[0])
+    except ValueError:
+        return -1
+
+
+class DbStreamWriter(DataSourceStreamArrowWriter):
+    """The Spark writer of a database sink: `TARGET` (a Target subclass) does the work."""
+
+    TARGET: type[Target]
+
+    def __init__(self, schema: StructType, options: dict[str, str]):
+        self.target = self.TARGET(SinkSettings.from_options(options), schema)
+        self.target.prepare(f"sink connector '{self.target.s.connector}'")
+        self.target.ensure_progress_row()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        return self.target.stage(batch_id, ctx.partitionId(), iterator)
+
+    def commit(self, messages: list[Staged], batch_id: int) -> None:
+        self.target.commit(messages, batch_id)
+
+    def abort(self, messages: list[Staged], batch_id: int) -> None:
+        self.target.abort(messages)

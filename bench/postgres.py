@@ -662,6 +662,7 @@ def sink_steps(
     one task and one commit: Arrow -> CSV, COPY into a staging table, merge; with `plain`, a
     plain INSERT ... SELECT from the staging table into that empty table too."""
     import pyarrow as pa
+    from psycopg import sql
 
     from connectql.connectors.dbsink import SEQ_COLUMN, SinkSettings
     from connectql.connectors.postgres.client import connect
@@ -709,7 +710,7 @@ def sink_steps(
     with connect(conn_cfg) as conn:
         t0 = time.perf_counter()
         with conn.transaction():
-            merge(conn, settings, names, [stage])
+            merge(conn, settings, names, sql.SQL("SELECT * FROM {}").format(sql.Identifier(stage)))
         steps.append(
             (
                 tag + "merge (DISTINCT ON + INSERT ON CONFLICT)",

@@ -92,6 +92,20 @@ class Run:
 # --------------------------------------------------------------------------------------------
 
 
+def psql_command(server, db: str, command: str) -> list[str]:
+    """psql running `command` on database `db` of a PrivatePostgres."""
+    return [
+        "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", server.host, "-p", str(server.port),
+        "-U", server.user, "-d", db, "-c", command,
+    ]  # fmt: skip
+
+
+def pipe_mean(runs: list[Run]) -> float:
+    """The yardstick: the mean time of the pipe runs that passed their check."""
+    pipes = [r.seconds for r in runs if r.method.startswith("pipe") and r.ok]
+    return statistics.fmean(pipes) if pipes else float("nan")
+
+
 def run_pipe(
     out_cmd: list[str],
     in_cmd: list[str],

@@ -58,7 +58,6 @@ import contextlib
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,6 +86,7 @@ from bench.common import (
     interrupt,
     latency_section,
     load,
+    pipe_mean,
     print_snapshot,
     summary_table,
 )
@@ -191,11 +191,7 @@ def fill_source(dbs: Databases, n: int, warm: int) -> tuple[int, int]:
 
 
 def psql_command(dbs: Databases, db: str, command: str) -> list[str]:
-    s = dbs.server
-    return [
-        "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", s.host, "-p", str(s.port),
-        "-U", s.user, "-d", db, "-c", command,
-    ]  # fmt: skip
+    return common.psql_command(dbs.server, db, command)
 
 
 def run_pipe(dbs: Databases, target_db: str, want: tuple[int, int], label: str) -> Run:
@@ -520,8 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(cdc_run)
         console.print(f"  (b) cdc snapshot: {cdc_run.seconds:.2f} s, {cdc_run.check}")
 
-        pipes = [r.seconds for r in runs if r.method.startswith("pipe") and r.ok]
-        pipe_s = statistics.fmean(pipes) if pipes else float("nan")
+        pipe_s = pipe_mean(runs)
         print_snapshot(runs, pipe_s, cq, CHECK_DOC)
         if steps is not None:
             console.print("[bold]2. Where the time goes[/bold]")

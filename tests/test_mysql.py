@@ -143,10 +143,33 @@ class Writer(threading.Thread):
             cur.execute("DELETE FROM items WHERE id = %s", (some,))
 
 
-def test_cdc_keeps_a_postgres_table_equal_under_concurrent_changes(worker, binlog_db, pg_db):
-    """10,000 rows and a writer changing them during the snapshot and after: the PostgreSQL
-    target ends equal to the MariaDB source, row by row."""
-    pg_name, pg_info = pg_db
+@pytest.fixture(params=["postgres", "mysql"])
+def target(request, mariadb_binlog):  # noqa: F811
+    """(sink connector options, fetch(SQL) -> rows or None) of a fresh target database: on the
+    shared PostgreSQL, or on the private MariaDB beside the source (MariaDB -> MariaDB)."""
+    if request.param == "postgres":
+        name, info = request.getfixturevalue("pg_db")
+        yield (
+            f"TO postgres FROM items WITH (host = '127.0.0.1', database = '{name}'",
+            (lambda q: pg_rows(info, q)),
+        )
+        return
+    db = My(mariadb_binlog.host, mariadb_binlog.port)
+
+    def fetch(q):
+        try:
+            return db.sql(q)
+        except pymysql.err.ProgrammingError:  # no table yet
+            return None
+
+    yield f"TO mysql FROM items WITH ({db.options()}", fetch
+    db.drop()
+
+
+def test_cdc_keeps_a_target_table_equal_under_concurrent_changes(worker, binlog_db, target):
+    """10,000 rows and a writer changing them (primary keys too) during the snapshot and after:
+    the target (PostgreSQL, or another MariaDB database) ends equal to the source, row by row."""
+    sink, fetch = target
     binlog_db.sql(ITEMS)
     binlog_db.sql(
         "INSERT INTO items SELECT seq, CONCAT('item ', seq), seq % 100, seq * 0.25,"
@@ -159,21 +182,20 @@ def test_cdc_keeps_a_postgres_table_equal_under_concurrent_changes(worker, binlo
         f"""
         CREATE SOURCE CONNECTOR src FROM mysql INTO items WITH ({binlog_db.options()},
           table = 'items', 'batch.rows' = 2000);
-        CREATE SINK CONNECTOR dst TO postgres FROM items WITH (host = '127.0.0.1',
-          database = '{pg_name}', table = 'items');
+        CREATE SINK CONNECTOR dst {sink}, table = 'items');
         """,
     )
     wait_until(lambda: streaming(worker, "src"), timeout=120, what="the snapshot to end")
     writer.stop_at = time.monotonic() + 3
     writer.join()
     assert writer.count > 100
-    want = binlog_db.sql("SELECT id, name, qty, price, updated FROM items ORDER BY id")
-
-    def same():
-        got = pg_rows(pg_info, "SELECT id, name, qty, price, updated FROM items ORDER BY id")
-        return got is not None and [tuple(r) for r in got] == [tuple(r) for r in want]
-
-    wait_until(same, timeout=120, what="the target to equal the source")
+    query = "SELECT id, name, qty, price, updated FROM items ORDER BY id"
+    want = [tuple(r) for r in binlog_db.sql(query)]
+    wait_until(
+        lambda: [tuple(r) for r in fetch(query) or []] == want,
+        timeout=120,
+        what="the target to equal the source",
+    )
     ops = read_parquet_rows(
         worker.home / "streams/items", "SELECT __op, count(*) FROM t GROUP BY 1"
     )

@@ -171,19 +171,50 @@ def _s(value) -> str:
 # ------------------------------------------------------------------ planning a batch
 
 
-def scan(walker: Walker, start: dict, limit: int, target: dict | None, conn) -> Window:
-    """Look ahead from `start` for the next batch's end: whole transactions up to about `limit`
-    captured rows (and not past `target`)."""
-    relevant, last, rows = None, None, 0
-    for txn in walker.transactions(start, conn):
-        if target is not None and order(txn.end) > order(target):
-            break
-        last = txn.end
-        if txn.changes:
-            relevant, rows = txn.end, rows + len(txn.changes)
-            if rows >= limit:
-                return Window(relevant, last, True)
-    return Window(relevant, last, False)
+@dataclass(frozen=True)
+class _Seen:
+    start: dict  # where the look ahead began
+    to: dict  # the end of the last transaction it walked
+    window: Window
+    rows: int
+
+
+class Scanner:
+    """Looks ahead from `start` for the next batch's end: whole transactions up to about `limit`
+    captured rows (and not past `target`). Spark asks many times from the same start, or from
+    the end it was given last: the look ahead goes on from where the last one stopped instead
+    of decoding the log from `start` again."""
+
+    def __init__(self, walker: Walker):
+        self.walker = walker
+        self.seen: _Seen | None = None
+
+    def scan(self, start: dict, limit: int, target: dict | None, conn) -> Window:
+        relevant, last, rows, begin = None, None, 0, start
+        seen = self.seen
+        if seen and seen.start == start:
+            if seen.window.full:
+                return seen.window
+            relevant, last, rows, begin = *_ends(seen.window), seen.rows, seen.to
+        elif seen and start in _ends(seen.window):  # nothing captured after it up to seen.to
+            last, begin = seen.window.last_commit, seen.to
+            last = last if order(last) > order(start) else None
+        to, full = begin, False
+        for txn in self.walker.transactions(begin, conn):
+            if target is not None and order(txn.end) > order(target):
+                break
+            to = last = txn.end
+            if txn.changes:
+                relevant, rows = txn.end, rows + len(txn.changes)
+                if rows >= limit:
+                    full = True
+                    break
+        self.seen = _Seen(start, to, Window(relevant, last, full), rows)
+        return self.seen.window
+
+
+def _ends(w: Window) -> tuple:
+    return w.last_relevant, w.last_commit
 
 
 # ------------------------------------------------------------------ reading a batch

@@ -31,6 +31,7 @@ class ReaderConfig(TableConfig):
 class MysqlStreamReader(TableStreamReader):
     config_class = ReaderConfig
     LOG_KEY = "binlog"
+    _scanner: binlog.Scanner | None = None
 
     def connect(self):
         return connect(self.cfg.connection, conv=RAW)
@@ -57,9 +58,9 @@ class MysqlStreamReader(TableStreamReader):
         return binlog.current(conn)
 
     def log_scan(self, conn, start: dict, target: dict | None) -> Window:
-        if not hasattr(self, "_scanner"):
-            self._scanner = self._walker(conn, reader=0)
-        return binlog.scan(self._scanner, start, self.cfg.batch_rows, target, conn)
+        if self._scanner is None:
+            self._scanner = binlog.Scanner(self._walker(conn, reader=0))
+        return self._scanner.scan(start, self.cfg.batch_rows, target, conn)
 
     def log_order(self, position: dict):
         return binlog.order(position)

@@ -60,9 +60,24 @@ def status_table(worker) -> Table:
     return table
 
 
-def _progress(worker, name: str, done: int, width: int = 16) -> str:
+_counted: dict[str, int | None] = {}
+
+
+def _total(worker, name: str) -> int | None:
+    """The size of a connector's bounded work: known to its plan, or asked once of its source."""
     plan = worker.engine.plans.get(name)
-    total = plan.reader.total_rows if plan else None
+    if plan is None or plan.reader.total_rows or plan.reader.count_rows is None:
+        return plan.reader.total_rows if plan else None
+    if name not in _counted:
+        try:
+            _counted[name] = plan.reader.count_rows()
+        except Exception:  # the source cannot tell now: no bar rather than no status table
+            _counted[name] = None
+    return _counted[name]
+
+
+def _progress(worker, name: str, done: int, width: int = 16) -> str:
+    total = _total(worker, name)
     if not total:
         return ""
     filled = min(done, total) * width // total

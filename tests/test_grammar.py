@@ -232,7 +232,7 @@ def test_value_kinds():
     stmt = parse_statement(
         'CREATE STREAM s WITH (a = bare.word-x, b = \'it\'\'s\', c = "say ""hi""", d = -12, '
         "e = 1.5, f = -2.5e-3, g = TRUE, h = false, i = SECRET pw, j = 'true', k = '', "
-        "l = 'line1\nline2 ünï', m = secret, n = 007,)"
+        "l = 'line1\nline2 ünï', m = secret, n = 007, o = ${env:PG_PW}, p = ${file:~/.pw},)"
     )
     assert stmt.options == {
         "a": "bare.word-x",
@@ -249,6 +249,8 @@ def test_value_kinds():
         "l": "line1\nline2 ünï",
         "m": "secret",
         "n": 7,
+        "o": "${env:PG_PW}",
+        "p": "${file:~/.pw}",
     }
     assert [type(v) for v in stmt.options.values()][3:6] == [int, float, float]
 
@@ -331,7 +333,9 @@ def test_error_in_third_statement_has_script_coordinates():
 def test_error_on_a_later_line_of_a_statement():
     e = error("SHOW STREAMS; CREATE STREAM s\n  WITH (a = 1,\n  b == 2)")
     assert where(e) == (3, 6)
-    assert e.args[0].endswith("unexpected '=', expected one of: SECRET, number, string, word")
+    assert e.args[0].endswith(
+        "unexpected '=', expected one of: ${env:..}, SECRET, number, string, word"
+    )
 
 
 def test_parse_statement_wants_exactly_one():

@@ -5,11 +5,16 @@ incremental and bulk sources on a server without a binary log, and every bad inp
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from decimal import Decimal
+from pathlib import Path
 
 import duckdb
 import psycopg
@@ -23,6 +28,7 @@ from tests.pgserver import create_database as create_pg_database
 
 pytestmark = pytest.mark.spark
 
+ROOT = Path(__file__).resolve().parents[1]
 SHARED = {"host": "127.0.0.1", "port": 3306, "user": "root"}  # the shared MariaDB: no binlog
 ITEMS = (
     "CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(32), qty INT, price DECIMAL(12,2),"
@@ -409,3 +415,44 @@ def test_bad_input_is_named_and_changes_nothing(worker, binlog_db, mariadb_binlo
             run(worker, f"CREATE SOURCE CONNECTOR c FROM mysql INTO s WITH ({options})")
         assert "s3cret-pw" not in str(e.value) and "pw-no" not in str(e.value)
     assert worker.catalog.connectors() == [] and worker.catalog.streams() == []
+
+
+# ------------------------------------------------------------------ the flagship example
+
+
+def test_the_mysql_to_postgres_example_runs_as_the_readme_says(tmp_path, binlog_db, pg_db):
+    """examples/mysql_to_postgres.sql through `connectql run`, with the README's user setup:
+    the snapshot arrives, a later change follows, Ctrl-C stops it with a full progress bar."""
+    pg_name, pg_info = pg_db
+    binlog_db.sql("CREATE OR REPLACE USER 'cdc'@'%' IDENTIFIED BY 'cdc-pw'")
+    binlog_db.sql("GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'cdc'@'%'")
+    binlog_db.sql("CREATE TABLE orders (id BIGINT PRIMARY KEY, amount DECIMAL(10,2), note TEXT)")
+    binlog_db.sql("INSERT INTO orders SELECT seq, seq / 10, 'n' FROM seq_1_to_3000")
+    script = (ROOT / "examples/mysql_to_postgres.sql").read_text()
+    script = script.replace("port = 3306", f"port = {binlog_db.port}")
+    script = script.replace("'shop'", f"'{binlog_db.name}'").replace("'analytics'", f"'{pg_name}'")
+    (tmp_path / "sync.sql").write_text(script)
+    env = {**os.environ, "MYSQL_PWD": "cdc-pw", "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "connectql.cli", "--home", str(tmp_path / "h"), "run", "sync.sql"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    count = "SELECT count(*), sum(amount) FROM orders"
+    try:
+        wait_until(lambda: pg_rows(pg_info, count) == [(3000, Decimal("450150.00"))], timeout=180)
+        binlog_db.sql("UPDATE orders SET amount = 0 WHERE id = 3000")
+        wait_until(lambda: pg_rows(pg_info, count) == [(3000, Decimal("449850.00"))], timeout=60)
+    except AssertionError:
+        pass  # shown below with the command's output
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert pg_rows(pg_info, count) == [(3000, Decimal("449850.00"))], out + err
+    assert "created source connector orders_cdc" in out and "RUNNING" in out
+    assert "100%" in out  # the snapshot's progress bar, full
+    assert "cdc-pw" not in out + err

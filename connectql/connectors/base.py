@@ -19,6 +19,9 @@ class ReaderSpec:
     schema: str | None = None  # Spark DDL; None = inferred from the data when the plan starts
     lag_field: str | None = None  # numeric key of the offset dict whose latest - end is the lag
     total_rows: int | None = None  # known size of bounded work (for progress bars)
+    # the size of bounded work only the source can tell (a cdc snapshot's table), asked once
+    # by whoever shows progress
+    count_rows: Callable[[], int | None] | None = field(default=None, compare=False)
     secret_options: tuple[str, ...] = ()  # option names whose values must never be shown
     corrupt_column: str | None = None  # column holding the raw text of a record that did not parse
     key: tuple[str, ...] = ()  # columns identifying a row (a table's primary key)

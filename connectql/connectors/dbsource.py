@@ -103,9 +103,11 @@ def config_fields(opts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def reader_spec(fmt: str, cfg, describe: Callable[[], Any], where: str) -> ReaderSpec:
+def reader_spec(
+    fmt: str, cfg, describe: Callable[[], Any], where: str, count: Callable[[], int]
+) -> ReaderSpec:
     """A ReaderSpec whose discovery (at CREATE) runs `describe()` -> tablereader.Table and checks
-    that the ordering columns exist."""
+    that the ordering columns exist; `count()` gives the rows of a cdc snapshot (progress)."""
 
     def found() -> tuple[str, tuple[str, ...]]:
         t = describe()
@@ -114,4 +116,11 @@ def reader_spec(fmt: str, cfg, describe: Callable[[], Any], where: str) -> Reade
             raise PlanError(f"{where}: {t.qualified} has no column {', '.join(missing)}")
         return t.ddl(cfg.mode == "cdc"), t.key
 
-    return ReaderSpec(fmt, cfg.to_options(), secret_options=("password",), discover=found)
+    snapshot = cfg.mode == "cdc" and cfg.snapshot == "initial"
+    return ReaderSpec(
+        fmt,
+        cfg.to_options(),
+        secret_options=("password",),
+        discover=found,
+        count_rows=count if snapshot else None,
+    )

@@ -44,6 +44,7 @@ _READABLE = {
     "WORD": "word",
     "STRING": "string",
     "NUMBER": "number",
+    "REF": "${env:..}",
     "SELECT_SQL": "SELECT",
     "WITH_SQL": "WITH",
     "SELECT_BODY": "SELECT ... WITH (...)",
@@ -133,6 +134,9 @@ class _Build(Transformer):
     def word_value(self, items):
         text = str(items[0])
         return {"true": True, "false": False}.get(text.lower(), text)
+
+    def ref_value(self, items):
+        return str(items[0])
 
     def secret_value(self, items):
         return SecretRef(str(items[1]))

@@ -117,7 +117,16 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
     )
     if cfg.server_id and cfg.server_id < 1:
         raise PlanError(f"{where}: server.id must be a positive number")
-    return reader_spec(FORMAT, cfg, lambda: discover(cfg, cfg.mode == "cdc", where), where)
+    return reader_spec(
+        FORMAT, cfg, lambda: discover(cfg, cfg.mode == "cdc", where), where, lambda: count(cfg)
+    )
+
+
+def count(cfg) -> int:
+    from connectql.connectors.mysql.client import connect, qualified, query
+
+    with connect(cfg.connection) as conn:
+        return int(query(conn, f"SELECT count(*) FROM {qualified(cfg.schema, cfg.table)}")[0][0])
 
 
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:

@@ -111,7 +111,16 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
         slot=opts.get("slot.name") or "",
         **config_fields(opts),
     )
-    return reader_spec(FORMAT, cfg, lambda: discover(cfg, cfg.mode == "cdc", where), where)
+    return reader_spec(
+        FORMAT, cfg, lambda: discover(cfg, cfg.mode == "cdc", where), where, lambda: count(cfg)
+    )
+
+
+def count(cfg) -> int:
+    from connectql.connectors.postgres.client import connect
+
+    with connect(cfg.connection, autocommit=True) as conn:
+        return conn.execute(f"SELECT count(*) FROM {cfg.relation()}").fetchone()[0]
 
 
 def drop_source(opts: dict[str, Any], connector: str) -> str | None:

@@ -4,10 +4,25 @@ worker to catch up, reading the change stream, the assertions that no change app
 that every committed transaction's changes are in it exactly once, and a writer that commits a
 steady mix of inserts, updates, deletes and primary-key changes and remembers what it committed.
 
+The two scenarios are here too, each a test of its own in every database's crash test module:
+
+1. `kill_during_snapshot`: the kill lands during the snapshot; the source changes while the second
+   worker resumes the snapshot and after it has finished;
+2. `kill_during_change_capture`: the kill lands while the source streams changes from its change
+   log, with the writer committing throughout (also while no worker runs, so the new one starts
+   with a backlog).
+
 A change in the stream is identified by (__pos, __op, key): the 'd' + 'c' pair of a primary-key
 change share a __pos. Snapshot rows (__op = 'r') may be re-read when a snapshot chunk is replayed
 after a restart; no other row may appear twice. A transaction is matched by the id its database
-puts in __source (PostgreSQL's xid, MariaDB's GTID)."""
+puts in __source (PostgreSQL's xid, MariaDB's GTID).
+
+A pipeline `p` is a dict: "home" (the connectql home) and "logs" (a folder for the workers'
+output); for the scenarios also "script" (batch rows -> a script creating source `src` of table
+items into stream `changes` and sink `dst` from it), "fill" (total -> create items with ids
+1 .. total), "source" and "target" (-> a checksum of items that starts with the row count; the
+target's is None until the sink creates the table), "writer" ((live ids, next id, seed) -> a
+Writer on the source) and "txn" (the transaction id's field in __source)."""
 
 from __future__ import annotations
 
@@ -91,9 +106,6 @@ def describe(logs: Path, home: Path, *tags: str) -> str:
     if worker_log.exists():
         parts.append(f"--- worker.log\n{worker_log.read_text()[-3000:]}")
     return "\n".join(parts)
-
-
-# `p` below is a pipeline: a dict with at least "home" (the connectql home) and "logs"
 
 
 @contextmanager
@@ -300,3 +312,138 @@ class Writer:
             self._closed = True
             self.close()
         assert self.error is None, f"the writer failed: {self.error!r}"
+
+
+# ------------------------------------------------------------------ the scenarios
+
+
+def kill_during_snapshot(p: dict, total: int, chunk: int, changes: int) -> None:
+    """Kill the worker after a few of the snapshot's chunks of `chunk` rows; `changes`
+    transactions while the second worker resumes the snapshot and as many after it."""
+    p["fill"](total)
+    script = p["script"](chunk)
+    started = time.monotonic()
+
+    def in_target() -> int:
+        return (p["target"]() or (0,))[0]
+
+    # 1. the first worker, killed once a few snapshot chunks are in the stream and the target
+    with worker(p, script, "first") as first:
+
+        def mid_snapshot():
+            alive(first, p, "first")
+            snapped = stream_count(p, "__op = 'r'")
+            assert snapped < total, "the snapshot finished before the kill: make it longer"
+            return snapped >= 2 * chunk and (in_target() > 0 or snapped >= total // 2) and snapped
+
+        wait_until(mid_snapshot, timeout=120, every=0.1, what="snapshot rows in the stream")
+        kill_everything(first)
+    assert first.returncode == -signal.SIGKILL
+    at_kill = stream_count(p, "__op = 'r'"), in_target()
+    print(
+        f"\nkilled at {time.monotonic() - started:.0f}s: {at_kill[0]} snapshot rows in the"
+        f" stream, {at_kill[1]} in the target"
+    )
+    assert 0 < at_kill[0] < total
+
+    # 2. the second worker resumes the snapshot; the source changes meanwhile (the changes on
+    # rows already read and on rows not read yet) and after the snapshot is done
+    writer = p["writer"](range(1, total + 1), 10 * total, 1)
+    try:
+        with worker(p, script, "second") as second:
+            for _ in range(changes):
+                writer.transaction()
+
+            def snapshot_done():
+                alive(second, p, "second")
+                return stream_count(p, "__op <> 'r'") > 0
+
+            wait_until(snapshot_done, timeout=150, every=0.5, what="changes after the snapshot")
+            print(f"snapshot done at {time.monotonic() - started:.0f}s")
+            for _ in range(changes):
+                writer.transaction()
+            writer.stop()
+            expected = p["source"]()
+            catch_up(second, p, p["target"], expected, started)
+    finally:
+        writer.stop()
+    assert_resumed(p)
+
+    # 3. the stream: the snapshot whole (a replayed chunk may be read twice), each change once
+    snap = snapshot_counts(p, total)
+    print(f"snapshot rows in the stream: {snap[0]} ({snap[0] - snap[1]} read twice)")
+    # every original row that no writer transaction deleted or re-keyed was read
+    removed = {key for _txn, ops in writer.committed for op, key in ops if op == "d"}
+    assert snap[2] >= total - len(removed), snap
+    assert snap[0] - snap[1] <= chunk, f"more than one chunk read twice: {snap}"
+    changes = stream_changes(p, p["txn"])
+    assert_no_duplicate_change(changes)
+    assert_every_transaction_once(changes, writer.committed)
+    assert in_target() == expected[0]
+
+
+def kill_during_change_capture(p: dict, total: int, batch_rows: int) -> None:
+    """Snapshot `total` rows, then kill the worker while a writer commits 50 transactions a
+    second; the writer goes on until the second worker has resumed."""
+    p["fill"](total)
+    script = p["script"](batch_rows)
+    started = time.monotonic()
+    writer = p["writer"](range(1, total + 1), 10 * total, 2)
+    try:
+        # 1. the first worker: snapshot, then changes from a steady writer; killed mid-stream
+        with worker(p, script, "first") as first:
+
+            def snapshot_done():
+                alive(first, p, "first")
+                return stream_count(p, "__op = 'r'") >= total
+
+            wait_until(snapshot_done, timeout=120, every=0.2, what="the snapshot in the stream")
+            # every row is read, but the source leaves the snapshot phase only once a chunk
+            # finds nothing more: one transaction, and its changes mark the stream phase
+            writer.transaction()
+
+            def changes_flow():
+                alive(first, p, "first")
+                return stream_count(p, "__op <> 'r'") > 0
+
+            wait_until(changes_flow, timeout=60, every=0.2, what="a first change in the stream")
+            writer.run(per_second=50)
+            streamed = len(writer.committed)
+
+            def streaming():
+                alive(first, p, "first")
+                return stream_count(p, "__op <> 'r'") >= 300 and len(writer.committed) > streamed
+
+            wait_until(streaming, timeout=90, every=0.2, what="changes in the stream")
+            time.sleep(random.uniform(0, 1.5))  # somewhere inside a batch, or between two
+            kill_everything(first)
+        at_kill = stream_count(p, "__op <> 'r'"), len(writer.committed)
+        print(
+            f"\nkilled at {time.monotonic() - started:.0f}s: {at_kill[0]} changes in the stream,"
+            f" {at_kill[1]} transactions committed"
+        )
+
+        # 2. the second worker starts with a backlog (the writer went on) and catches up
+        with worker(p, script, "second") as second:
+
+            def resumed():
+                alive(second, p, "second")
+                return stream_count(p, "__op <> 'r'") > at_kill[0]
+
+            wait_until(resumed, timeout=120, every=0.2, what="new changes after the restart")
+            time.sleep(3)
+            writer.stop()
+            expected = p["source"]()
+            print(
+                f"writer stopped at {time.monotonic() - started:.0f}s after"
+                f" {len(writer.committed)} transactions"
+            )
+            catch_up(second, p, p["target"], expected, started)
+    finally:
+        writer.stop()
+
+    # 3. the stream holds exactly the committed transactions' changes, each once
+    changes = stream_changes(p, p["txn"])
+    assert_no_duplicate_change(changes)
+    assert_every_transaction_once(changes, writer.committed)
+    assert_inserts_once(changes, writer.committed)

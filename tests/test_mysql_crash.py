@@ -14,37 +14,21 @@ shared PostgreSQL:
 
 Snapshot rows may be re-read when a snapshot chunk is replayed after the restart; no other row
 may appear twice, and every transaction the writer committed must be in the stream with exactly
-its changes, matched by the MariaDB GTID in __source (see tests/crash.py).
+its changes, matched by the MariaDB GTID in __source. The scenarios and the writer are shared
+with the other databases' crash tests (tests/crash.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import random
-import signal
-import time
 import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.crash import (
-    Writer,
-    alive,
-    assert_every_transaction_once,
-    assert_inserts_once,
-    assert_no_duplicate_change,
-    assert_resumed,
-    catch_up,
-    kill_everything,
-    snapshot_counts,
-    stream_changes,
-    stream_count,
-    worker,
-)
-from tests.helpers import wait_until
+from tests.crash import Writer, kill_during_change_capture, kill_during_snapshot
 from tests.mariadbserver import create_database as create_mariadb_database
 from tests.mariadbserver import mariadb_binlog  # noqa: F401 (fixture)
 from tests.pgserver import create_database as create_pg_database
@@ -105,10 +89,6 @@ def target_checksum(p: dict):
         return None
 
 
-def target_rows(p: dict) -> int:
-    return (target_checksum(p) or (0,))[0]
-
-
 def execute(p: dict, statement: str) -> None:
     conn = p["mariadb"].connect(p["src"])
     try:
@@ -146,14 +126,24 @@ def pipeline(mariadb_binlog, pg_shared, tmp_path):  # noqa: F811
         )
         return path
 
-    yield {
+    def fill(total: int) -> None:
+        execute(p, TABLE)
+        execute(p, FILL.format(total=total))
+
+    p = {
         "mariadb": mariadb_binlog,
         "src": src,
         "dst": dst_info,
         "home": tmp_path / "home",
         "logs": logs,
         "script": script,
+        "fill": fill,
+        "source": lambda: source_checksum(p),
+        "target": lambda: target_checksum(p),
+        "writer": lambda live, next_id, seed: MariaWriter(p, live, next_id, seed),
+        "txn": "gtid",
     }
+    yield p
     conn = mariadb_binlog.connect()
     try:
         with conn.cursor() as cur:
@@ -200,129 +190,8 @@ class MariaWriter(Writer):
 
 
 def test_kill_during_the_snapshot_then_restart_copies_every_row_and_change_once(pipeline):
-    p, total, chunk = pipeline, 20_000, 2_000
-    execute(p, TABLE)
-    execute(p, FILL.format(total=total))
-    script = p["script"](chunk)
-    started = time.monotonic()
-
-    # 1. the first worker, killed once a few snapshot chunks are in the stream and the target
-    with worker(p, script, "first") as first:
-
-        def mid_snapshot():
-            alive(first, p, "first")
-            snapped = stream_count(p, "__op = 'r'")
-            assert snapped < total, "the snapshot finished before the kill: make it longer"
-            return snapped >= 2 * chunk and (target_rows(p) > 0 or snapped >= total // 2)
-
-        wait_until(mid_snapshot, timeout=120, every=0.1, what="snapshot rows in the stream")
-        kill_everything(first)
-    assert first.returncode == -signal.SIGKILL
-    at_kill = stream_count(p, "__op = 'r'"), target_rows(p)
-    print(
-        f"\nkilled at {time.monotonic() - started:.0f}s: {at_kill[0]} snapshot rows in the"
-        f" stream, {at_kill[1]} in the target"
-    )
-    assert 0 < at_kill[0] < total
-
-    # 2. the second worker resumes the snapshot; the source changes meanwhile (the changes on
-    # rows already read and on rows not read yet) and after the snapshot is done
-    writer = MariaWriter(p, range(1, total + 1), 10 * total, seed=1)
-    try:
-        with worker(p, script, "second") as second:
-            for _ in range(200):
-                writer.transaction()
-
-            def snapshot_done():
-                alive(second, p, "second")
-                return stream_count(p, "__op <> 'r'") > 0
-
-            wait_until(snapshot_done, timeout=120, every=0.5, what="changes after the snapshot")
-            print(f"snapshot done at {time.monotonic() - started:.0f}s")
-            for _ in range(200):
-                writer.transaction()
-            writer.stop()
-            expected = source_checksum(p)
-            catch_up(second, p, lambda: target_checksum(p), expected, started)
-    finally:
-        writer.stop()
-    assert_resumed(p)
-
-    # 3. the stream: the snapshot whole (a replayed chunk may be read twice), each change once
-    snap = snapshot_counts(p, total)
-    print(f"snapshot rows in the stream: {snap[0]} ({snap[0] - snap[1]} read twice)")
-    # every original row that no writer transaction deleted or re-keyed was read
-    removed = {key for _gtid, ops in writer.committed for op, key in ops if op == "d"}
-    assert snap[2] >= total - len(removed), snap
-    assert snap[0] - snap[1] <= chunk, f"more than one chunk read twice: {snap}"
-    changes = stream_changes(p, "gtid")
-    assert_no_duplicate_change(changes)
-    assert_every_transaction_once(changes, writer.committed)
-    assert target_rows(p) == expected[0]
+    kill_during_snapshot(pipeline, total=20_000, chunk=2_000, changes=200)
 
 
 def test_kill_during_change_capture_then_restart_loses_and_repeats_no_change(pipeline):
-    p, total = pipeline, 5_000
-    execute(p, TABLE)
-    execute(p, FILL.format(total=total))
-    script = p["script"](2_000)
-    started = time.monotonic()
-    writer = MariaWriter(p, range(1, total + 1), 10 * total, seed=2)
-    try:
-        # 1. the first worker: snapshot, then changes from a steady writer; killed mid-stream
-        with worker(p, script, "first") as first:
-
-            def snapshot_done():
-                alive(first, p, "first")
-                return stream_count(p, "__op = 'r'") >= total
-
-            wait_until(snapshot_done, timeout=120, every=0.2, what="the snapshot in the stream")
-            # every row is read, but the source leaves the snapshot phase only once a chunk
-            # finds nothing more: one transaction, and its changes mark the stream phase
-            writer.transaction()
-
-            def changes_flow():
-                alive(first, p, "first")
-                return stream_count(p, "__op <> 'r'") > 0
-
-            wait_until(changes_flow, timeout=60, every=0.2, what="a first change in the stream")
-            writer.run(per_second=50)
-            streamed = len(writer.committed)
-
-            def streaming():
-                alive(first, p, "first")
-                return stream_count(p, "__op <> 'r'") >= 300 and len(writer.committed) > streamed
-
-            wait_until(streaming, timeout=90, every=0.2, what="changes in the stream")
-            time.sleep(random.uniform(0, 1.5))  # somewhere inside a batch, or between two
-            kill_everything(first)
-        at_kill = stream_count(p, "__op <> 'r'"), len(writer.committed)
-        print(
-            f"\nkilled at {time.monotonic() - started:.0f}s: {at_kill[0]} changes in the stream,"
-            f" {at_kill[1]} transactions committed"
-        )
-
-        # 2. the second worker starts with a backlog (the writer went on) and catches up
-        with worker(p, script, "second") as second:
-
-            def resumed():
-                alive(second, p, "second")
-                return stream_count(p, "__op <> 'r'") > at_kill[0]
-
-            wait_until(resumed, timeout=120, every=0.2, what="new changes after the restart")
-            time.sleep(3)
-            writer.stop()
-            expected = source_checksum(p)
-            print(
-                f"writer stopped at {time.monotonic() - started:.0f}s after"
-                f" {len(writer.committed)} transactions"
-            )
-            catch_up(second, p, lambda: target_checksum(p), expected, started)
-    finally:
-        writer.stop()
-
-    # 3. the stream holds exactly the committed transactions' changes, each once
-    changes = stream_changes(p, "gtid")
-    assert_no_duplicate_change(changes)
-    assert_every_transaction_once(changes, writer.committed)
-    assert_inserts_once(changes, writer.committed)
+    kill_during_change_capture(pipeline, total=5_000, batch_rows=2_000)

@@ -5,7 +5,7 @@ committed change exactly once.
 Two scenarios, through real processes (the worker and its JVM killed with SIGKILL, as in
 test_crash_recovery.py) against a private PostgreSQL with wal_level = logical:
 
-1. the kill lands during the snapshot (200,000 rows read in chunks of 5,000); the source changes
+1. the kill lands during the snapshot (120,000 rows read in chunks of 10,000); the source changes
    while the second worker resumes the snapshot and after it has finished;
 2. the kill lands while the source streams changes from the write-ahead log, with a writer
    committing a steady mix of inserts, updates, deletes and primary-key changes throughout
@@ -14,35 +14,19 @@ test_crash_recovery.py) against a private PostgreSQL with wal_level = logical:
 A change in the stream is identified by (__pos, __op, key): the 'd' + 'c' pair of a primary-key
 change share a __pos. Snapshot rows (__op = 'r') may be re-read when a snapshot chunk is replayed
 after the restart; no other row may appear twice, and every transaction the writer committed
-must be in the stream with exactly its changes (matched by the xid in __source).
+must be in the stream with exactly its changes (matched by the xid in __source). The scenarios
+and the writer are shared with the other databases' crash tests (tests/crash.py).
 """
 
 from __future__ import annotations
 
-import random
-import signal
-import time
 import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.crash import (
-    Writer,
-    alive,
-    assert_every_transaction_once,
-    assert_inserts_once,
-    assert_no_duplicate_change,
-    assert_resumed,
-    catch_up,
-    kill_everything,
-    snapshot_counts,
-    stream_changes,
-    stream_count,
-    worker,
-)
-from tests.helpers import wait_until
+from tests.crash import Writer, kill_during_change_capture, kill_during_snapshot
 from tests.pgserver import create_database
 
 pytestmark = pytest.mark.spark
@@ -115,12 +99,21 @@ def pipeline(pg_logical, tmp_path):
         )
         return path
 
+    def fill(total: int) -> None:
+        sql(src_info, TABLE)
+        sql(src_info, FILL, (total,))
+
     yield {
         "src": src_info,
         "dst": dst_info,
         "home": tmp_path / "home",
         "logs": logs,
         "script": script,
+        "fill": fill,
+        "source": lambda: checksum(src_info),
+        "target": lambda: checksum(dst_info),
+        "writer": lambda live, next_id, seed: PgWriter(src_info, live, next_id, seed),
+        "txn": "xid",
     }
     with psycopg.connect(pg_logical.conninfo(), autocommit=True) as c:
         for (name,) in c.execute(
@@ -162,130 +155,8 @@ class PgWriter(Writer):
 
 
 def test_kill_during_the_snapshot_then_restart_copies_every_row_and_change_once(pipeline):
-    p, total, chunk = pipeline, 120_000, 10_000
-    sql(p["src"], TABLE)
-    sql(p["src"], FILL, (total,))
-    script = p["script"](chunk)
-    started = time.monotonic()
-
-    # 1. the first worker, killed once a few snapshot chunks are in the stream and the target
-    with worker(p, script, "first") as first:
-
-        def mid_snapshot():
-            alive(first, p, "first")
-            snapped = stream_count(p, "__op = 'r'")
-            assert snapped < total, "the snapshot finished before the kill: make it longer"
-            in_target = (checksum(p["dst"]) or (0,))[0]
-            return snapped >= 2 * chunk and (in_target > 0 or snapped >= total // 2) and snapped
-
-        wait_until(mid_snapshot, timeout=120, every=0.1, what="snapshot rows in the stream")
-        kill_everything(first)
-    assert first.returncode == -signal.SIGKILL
-    at_kill = stream_count(p, "__op = 'r'"), (checksum(p["dst"]) or (0,))[0]
-    print(
-        f"\nkilled at {time.monotonic() - started:.0f}s: {at_kill[0]} snapshot rows in the"
-        f" stream, {at_kill[1]} in the target"
-    )
-    assert 0 < at_kill[0] < total
-
-    # 2. the second worker resumes the snapshot; the source changes meanwhile (the changes on
-    # rows already read and on rows not read yet) and after the snapshot is done
-    writer = PgWriter(p["src"], range(1, total + 1), 10 * total, seed=1)
-    try:
-        with worker(p, script, "second") as second:
-            for _ in range(300):
-                writer.transaction()
-
-            def snapshot_done():
-                alive(second, p, "second")
-                return stream_count(p, "__op <> 'r'") > 0
-
-            wait_until(snapshot_done, timeout=150, every=0.5, what="changes after the snapshot")
-            print(f"snapshot done at {time.monotonic() - started:.0f}s")
-            for _ in range(300):
-                writer.transaction()
-            writer.stop()
-            expected = checksum(p["src"])
-            catch_up(second, p, lambda: checksum(p["dst"]), expected, started)
-    finally:
-        writer.stop()
-    assert_resumed(p)
-
-    # 3. the stream: the snapshot whole (a replayed chunk may be read twice), each change once
-    snap = snapshot_counts(p, total)
-    print(f"snapshot rows in the stream: {snap[0]} ({snap[0] - snap[1]} read twice)")
-    # every original row that no writer transaction deleted or re-keyed was read
-    removed = {key for _xid, ops in writer.committed for op, key in ops if op == "d"}
-    assert snap[2] >= total - len(removed), snap
-    assert snap[0] - snap[1] <= chunk, f"more than one chunk read twice: {snap}"
-    changes = stream_changes(p, "xid")
-    assert_no_duplicate_change(changes)
-    assert_every_transaction_once(changes, writer.committed)
-    assert sql(p["dst"], "SELECT count(*) FROM items")[0][0] == expected[0]
+    kill_during_snapshot(pipeline, total=120_000, chunk=10_000, changes=300)
 
 
 def test_kill_during_change_capture_then_restart_loses_and_repeats_no_change(pipeline):
-    p, total = pipeline, 10_000
-    sql(p["src"], TABLE)
-    sql(p["src"], FILL, (total,))
-    script = p["script"](5000)
-    started = time.monotonic()
-    writer = PgWriter(p["src"], range(1, total + 1), 10 * total, seed=2)
-    try:
-        # 1. the first worker: snapshot, then changes from a steady writer; killed mid-stream
-        with worker(p, script, "first") as first:
-
-            def snapshot_done():
-                alive(first, p, "first")
-                return stream_count(p, "__op = 'r'") >= total
-
-            wait_until(snapshot_done, timeout=120, every=0.2, what="the snapshot in the stream")
-            # every row is read, but the source leaves the snapshot phase only once a chunk
-            # finds nothing more: one transaction, and its changes mark the stream phase
-            writer.transaction()
-
-            def changes_flow():
-                alive(first, p, "first")
-                return stream_count(p, "__op <> 'r'") > 0
-
-            wait_until(changes_flow, timeout=60, every=0.2, what="a first change in the stream")
-            writer.run(per_second=50)
-            streamed = len(writer.committed)
-
-            def streaming():
-                alive(first, p, "first")
-                return stream_count(p, "__op <> 'r'") >= 300 and len(writer.committed) > streamed
-
-            wait_until(streaming, timeout=90, every=0.2, what="changes in the stream")
-            time.sleep(random.uniform(0, 1.5))  # somewhere inside a batch, or between two
-            kill_everything(first)
-        at_kill = stream_count(p, "__op <> 'r'"), len(writer.committed)
-        print(
-            f"\nkilled at {time.monotonic() - started:.0f}s: {at_kill[0]} changes in the stream,"
-            f" {at_kill[1]} transactions committed"
-        )
-
-        # 2. the second worker starts with a backlog (the writer went on) and catches up
-        with worker(p, script, "second") as second:
-
-            def resumed():
-                alive(second, p, "second")
-                return stream_count(p, "__op <> 'r'") > at_kill[0]
-
-            wait_until(resumed, timeout=120, every=0.2, what="new changes after the restart")
-            time.sleep(3)
-            writer.stop()
-            expected = checksum(p["src"])
-            print(
-                f"writer stopped at {time.monotonic() - started:.0f}s after"
-                f" {len(writer.committed)} transactions"
-            )
-            catch_up(second, p, lambda: checksum(p["dst"]), expected, started)
-    finally:
-        writer.stop()
-
-    # 3. the stream holds exactly the committed transactions' changes, each once
-    changes = stream_changes(p, "xid")
-    assert_no_duplicate_change(changes)
-    assert_every_transaction_once(changes, writer.committed)
-    assert_inserts_once(changes, writer.committed)
+    kill_during_change_capture(pipeline, total=10_000, batch_rows=5000)

@@ -226,9 +226,9 @@ class Writer:
     """Commits transactions of inserts, updates, deletes and primary-key changes on items and
     remembers, for each committed one, its id and its changes as the stream must show them.
 
-    A database supplies `in_transaction(body)`: run body(execute) in one transaction, commit it
-    and return the transaction's id as the stream's __source shows it; `close()`; and the
-    statements (each with %s parameters) as class attributes."""
+    A database supplies `conn` (a connection to the source), `in_transaction(body)`: run
+    body(execute) in one transaction, commit it and return the transaction's id as the stream's
+    __source shows it; and the statements (each with %s parameters) as class attributes."""
 
     INSERT = "INSERT INTO items VALUES (%s, %s, %s, %s, now())"  # id, name, qty, price
     UPDATE = ""  # id: qty + 1, name + '+', price + 0.01, updated = the time now
@@ -243,13 +243,14 @@ class Writer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        self.conn = None
         self._closed = False
 
     def in_transaction(self, body: Callable) -> object:
         raise NotImplementedError
 
     def close(self) -> None:
-        raise NotImplementedError
+        self.conn.close()
 
     def _take(self) -> int:
         """A live id, removed from the live set (a delete or the old side of a key change)."""

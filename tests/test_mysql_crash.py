@@ -182,9 +182,6 @@ class MariaWriter(Writer):
             cur.execute("SELECT @@last_gtid")  # this session's last committed transaction
             return cur.fetchone()[0]
 
-    def close(self) -> None:
-        self.conn.close()
-
 
 # ------------------------------------------------------------------ the tests
 

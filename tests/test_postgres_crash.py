@@ -147,9 +147,6 @@ class PgWriter(Writer):
             body(self.conn.execute)
         return xid
 
-    def close(self) -> None:
-        self.conn.close()
-
 
 # ------------------------------------------------------------------ the tests
 

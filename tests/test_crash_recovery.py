@@ -10,10 +10,8 @@ connectors from their checkpoints; the stream and the Parquet sink must then eac
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,12 +19,11 @@ import duckdb
 import pytest
 
 from connectql.catalog.streams import committed_files
+from tests.crash import CONNECTQL, ROOT, describe, kill_everything, start_worker
 from tests.helpers import read_parquet_rows, wait_until
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[1]
-CONNECTQL = [sys.executable, "-m", "connectql.cli"]
 TOTAL = 2_000_000
 
 SCRIPT = """
@@ -36,53 +33,6 @@ CREATE SOURCE CONNECTOR IF NOT EXISTS gen FROM datagen INTO numbers WITH (
 CREATE SINK CONNECTOR IF NOT EXISTS out TO file FROM numbers
   WITH (path = '{sink}', format = 'parquet');
 """
-
-
-def start_worker(home: Path, script: Path, logs: Path, tag: str) -> subprocess.Popen:
-    """`connectql run script` in its own session, so that the JVM and Spark's Python workers it
-    starts can be killed with it."""
-    with (logs / f"{tag}.out").open("w") as out, (logs / f"{tag}.err").open("w") as err:
-        return subprocess.Popen(
-            [*CONNECTQL, "--home", str(home), "run", str(script)],
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
-
-
-def session_members(sid: int) -> list[int]:
-    """Pids of the live processes in session `sid` (the worker, its JVM, Spark's daemons)."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        # after the command: state, ppid, pgrp, session; a zombie (Z) is already dead
-        if int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
-
-
-def kill_everything(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker's process group, then any process left in its session (the PySpark
-    daemon moves to a process group of its own), and reap the worker."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while (left := session_members(proc.pid)) and time.monotonic() < deadline:
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.2)
-    assert not session_members(proc.pid), "processes of the killed worker are still alive"
 
 
 def rows(path: Path) -> int:
@@ -110,15 +60,6 @@ def table_rows(stdout: str) -> list[list[str]]:
         for line in stdout.splitlines()
         if line.startswith("│")
     ]
-
-
-def describe(logs: Path, home: Path, *tags: str) -> str:
-    """What the workers printed and logged, for a failure message."""
-    parts = [f"--- {f.name}\n{f.read_text()[-3000:]}" for t in tags for f in logs.glob(f"{t}.*")]
-    worker_log = home / "worker.log"
-    if worker_log.exists():
-        parts.append(f"--- worker.log\n{worker_log.read_text()[-3000:]}")
-    return "\n".join(parts)
 
 
 def test_a_worker_killed_mid_pipeline_loses_and_duplicates_nothing_after_a_restart(tmp_path):

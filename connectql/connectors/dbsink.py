@@ -16,7 +16,8 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from connectql.catalog.streams import append_table
-from connectql.connectors.options import from_spark_options, to_spark_options
+from connectql.connectors.base import WriterSpec
+from connectql.connectors.options import Option, from_spark_options, to_spark_options
 from connectql.errors import PlanError
 
 META_COLUMNS = ("__op", "__ts_ms", "__pos", "__source")  # change-data columns (DESIGN.md)
@@ -81,6 +82,71 @@ def sink_mode(opts: dict[str, Any], stream_key: tuple[str, ...]) -> tuple[str, t
             "mode = 'upsert' needs a key: the stream has none, so give primary.key = 'col, ...'"
         )
     return mode, key
+
+
+def sink_options(qualified: str) -> dict[str, Option]:
+    """The options of a database sink beyond its connection; `qualified` names a table with its
+    container ('schema.name', 'database.name')."""
+    return {
+        o.name: o
+        for o in [
+            Option("table", required=True, doc=f"target table, 'name' or '{qualified}'"),
+            Option(
+                "mode",
+                "enum",
+                choices=("append", "upsert"),
+                doc="'append' inserts every row; 'upsert' applies the last change per key"
+                " (deletes for __op = 'd'); default: upsert when the stream has a key",
+            ),
+            Option(
+                "primary.key",
+                doc="key columns for upsert, 'a, b'; default: the stream's key (the source"
+                " table's primary key)",
+            ),
+            Option(
+                "auto.create",
+                "bool",
+                True,
+                doc="create the target table from the stream's columns when it does not exist",
+            ),
+            Option(
+                "auto.evolve",
+                "bool",
+                True,
+                doc="add columns the stream has and the target table lacks (e.g. after an"
+                " upstream schema change)",
+            ),
+            Option(
+                "delete.enabled",
+                "bool",
+                doc="apply __op = 'd' rows as deletes; default: true in upsert mode",
+            ),
+        ]
+    }
+
+
+def writer_spec(fmt: str, opts: dict[str, Any], stream, connection, place, prepare) -> WriterSpec:
+    """The WriterSpec of a database sink into `place` = (schema or database, table); at CREATE
+    `prepare(settings, struct, where)` readies the target or names what is wrong."""
+    mode, key = sink_mode(opts, stream.key_columns if stream else ())
+    delete = opts.get("delete.enabled")
+    s = SinkSettings(
+        connection=connection,
+        schema=place[0],
+        table=place[1],
+        mode=mode,
+        key=key,
+        delete_enabled=(mode == "upsert") if delete is None else bool(delete),
+        auto_create=opts["auto.create"],
+        auto_evolve=opts["auto.evolve"],
+    )
+    where = f"{fmt.removeprefix('connectql_')} sink into {place[0]}.{place[1]}"
+    return WriterSpec(
+        fmt,
+        s.to_options(),
+        secret_options=("password",),
+        check=lambda struct: prepare(s, struct, where),
+    )
 
 
 def target_columns(names: list[str], mode: str) -> list[str]:

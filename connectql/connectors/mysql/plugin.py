@@ -7,7 +7,7 @@ from typing import Any
 
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
-from connectql.connectors.dbsink import SinkSettings, sink_mode
+from connectql.connectors.dbsink import sink_options, writer_spec
 from connectql.connectors.dbsource import (
     check_source_options,
     config_fields,
@@ -30,46 +30,7 @@ CONNECTION = {
     ]
 }
 
-SINK_OPTIONS = {
-    **SINK_COMMON,
-    **CONNECTION,
-    **{
-        o.name: o
-        for o in [
-            Option("table", required=True, doc="target table, 'name' or 'database.name'"),
-            Option(
-                "mode",
-                "enum",
-                choices=("append", "upsert"),
-                doc="'append' inserts every row; 'upsert' applies the last change per key"
-                " (deletes for __op = 'd'); default: upsert when the stream has a key",
-            ),
-            Option(
-                "primary.key",
-                doc="key columns for upsert, 'a, b'; default: the stream's key (the source"
-                " table's primary key)",
-            ),
-            Option(
-                "auto.create",
-                "bool",
-                True,
-                doc="create the target table from the stream's columns when it does not exist",
-            ),
-            Option(
-                "auto.evolve",
-                "bool",
-                True,
-                doc="add columns the stream has and the target table lacks (e.g. after an"
-                " upstream schema change)",
-            ),
-            Option(
-                "delete.enabled",
-                "bool",
-                doc="apply __op = 'd' rows as deletes; default: true in upsert mode",
-            ),
-        ]
-    },
-}
+SINK_OPTIONS = {**SINK_COMMON, **CONNECTION, **sink_options("database.name")}
 
 
 SOURCE_OPTIONS = {
@@ -132,26 +93,8 @@ def count(cfg) -> int:
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
     from connectql.connectors.mysql.sink import prepare_target
 
-    mode, key = sink_mode(opts, stream.key_columns if stream else ())
-    database, table = split_table(opts["table"], opts["database"])
-    delete = opts.get("delete.enabled")
-    s = SinkSettings(
-        connection=connection_config(opts),
-        schema=database,
-        table=table,
-        mode=mode,
-        key=key,
-        delete_enabled=(mode == "upsert") if delete is None else bool(delete),
-        auto_create=opts["auto.create"],
-        auto_evolve=opts["auto.evolve"],
-    )
-    where = f"mysql sink into {database}.{table}"
-    return WriterSpec(
-        FORMAT,
-        s.to_options(),
-        secret_options=("password",),
-        check=lambda struct: prepare_target(s, struct, where),
-    )
+    place = split_table(opts["table"], opts["database"])
+    return writer_spec(FORMAT, opts, stream, connection_config(opts), place, prepare_target)
 
 
 PLUGIN = Plugin(

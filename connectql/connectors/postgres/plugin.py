@@ -6,7 +6,7 @@ from typing import Any
 
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
-from connectql.connectors.dbsink import SinkSettings, sink_mode
+from connectql.connectors.dbsink import sink_options, writer_spec
 from connectql.connectors.dbsource import (
     check_source_options,
     config_fields,
@@ -29,46 +29,7 @@ CONNECTION = {
     ]
 }
 
-SINK_OPTIONS = {
-    **SINK_COMMON,
-    **CONNECTION,
-    **{
-        o.name: o
-        for o in [
-            Option("table", required=True, doc="target table, 'name' or 'schema.name'"),
-            Option(
-                "mode",
-                "enum",
-                choices=("append", "upsert"),
-                doc="'append' inserts every row; 'upsert' applies the last change per key"
-                " (deletes for __op = 'd'); default: upsert when the stream has a key",
-            ),
-            Option(
-                "primary.key",
-                doc="key columns for upsert, 'a, b'; default: the stream's key (the source"
-                " table's primary key)",
-            ),
-            Option(
-                "auto.create",
-                "bool",
-                True,
-                doc="create the target table from the stream's columns when it does not exist",
-            ),
-            Option(
-                "auto.evolve",
-                "bool",
-                True,
-                doc="add columns the stream has and the target table lacks (e.g. after an"
-                " upstream schema change)",
-            ),
-            Option(
-                "delete.enabled",
-                "bool",
-                doc="apply __op = 'd' rows as deletes; default: true in upsert mode",
-            ),
-        ]
-    },
-}
+SINK_OPTIONS = {**SINK_COMMON, **CONNECTION, **sink_options("schema.name")}
 
 
 SOURCE_OPTIONS = {
@@ -139,26 +100,8 @@ def drop_source(opts: dict[str, Any], connector: str) -> str | None:
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
     from connectql.connectors.postgres.sink import prepare_target
 
-    mode, key = sink_mode(opts, stream.key_columns if stream else ())
-    schema, table = split_table(opts["table"], opts["schema"])
-    delete = opts.get("delete.enabled")
-    s = SinkSettings(
-        connection=connection_config(opts),
-        schema=schema,
-        table=table,
-        mode=mode,
-        key=key,
-        delete_enabled=(mode == "upsert") if delete is None else bool(delete),
-        auto_create=opts["auto.create"],
-        auto_evolve=opts["auto.evolve"],
-    )
-    where = f"postgres sink into {schema}.{table}"
-    return WriterSpec(
-        FORMAT,
-        s.to_options(),
-        secret_options=("password",),
-        check=lambda struct: prepare_target(s, struct, where),
-    )
+    place = split_table(opts["table"], opts["schema"])
+    return writer_spec(FORMAT, opts, stream, connection_config(opts), place, prepare_target)
 
 
 PLUGIN = Plugin(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,12 +26,13 @@ from pymysqlreplication.row_event import (
 )
 from pyspark.sql.types import StructType
 
-from connectql.connectors.dbsink import META_COLUMNS
+from connectql.connectors.changerows import ChangeRows
+from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.mysql.client import connect, query, reason, where
 from connectql.connectors.mysql.tables import columns_of
-from connectql.connectors.mysql.types import BINARY_TYPES, Column, arrow_schema, binlog_value
+from connectql.connectors.mysql.types import BINARY_TYPES, Column, binlog_value
 from connectql.connectors.tablereader import Window
-from connectql.errors import ChangeLogGone, ConnectQLError, PlanError, SchemaChanged, SchemaEvolved
+from connectql.errors import ChangeLogGone, ConnectQLError, PlanError
 
 # it warns on every dump of a server without binlog_row_metadata = FULL; we supply the metadata
 logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
@@ -222,70 +222,25 @@ def _ends(w: Window) -> tuple:
 
 def read_changes(walker: Walker, part, schema: StructType, key, conn) -> Iterator[pa.RecordBatch]:
     """The captured changes of the transactions ending in (part.log_from, part.log_to]."""
-    rows = _Rows(walker.cfg, schema, tuple(key))
+    cfg = walker.cfg
+    rows = ChangeRows(schema, key, f"{cfg.schema}.{cfg.table}", cfg.schema_change, _value)
     end = order(part.log_to)
     for txn in walker.transactions(part.log_from, conn):
         if order(txn.end) > end:
             break
+        types = {c.name: c.column_type for c in walker.columns}
         for seq, (op, values, before) in enumerate(txn.changes, start=1):
-            rows.add(op, values, before, txn, seq, walker.columns)
+            meta = {"__ts_ms": txn.ts_ms, "__pos": text_pos(txn.end, seq)}
+            meta["__source"] = source(cfg, False, **txn.end, gtid=txn.gtid)
+            rows.add(op, values, before, meta, types)
         if order(txn.end) == end:
             break
     if rows.count:
         yield rows.batch()
 
 
-class _Rows:
-    """Collects change rows column by column, converted to the stream's types."""
-
-    def __init__(self, cfg, schema: StructType, key: tuple[str, ...]):
-        self.cfg, self.key = cfg, key
-        self.arrow = arrow_schema(schema)
-        self.data = [f for f in schema.fields if f.name not in META_COLUMNS]
-        self.names = {f.name for f in self.data}
-        self.columns: dict[str, list] = {f.name: [] for f in schema.fields}
-        self.count = 0
-
-    def add(self, op, values, before, txn: Txn, seq: int, columns: list[Column]) -> None:
-        self._check_columns(op, values)
-        info = {c.name: c for c in columns}
-        if op == "u" and before and self.key:
-            if [before.get(k) for k in self.key] != [values.get(k) for k in self.key]:
-                self._row("d", before, txn, seq, info)  # the key changed: delete the old row
-                self._row("c", values, txn, seq, info)
-                return
-        self._row(op, values, txn, seq, info)
-
-    def _check_columns(self, op: str, values: dict) -> None:
-        added = [c for c in values if c not in self.names]
-        table = f"{self.cfg.schema}.{self.cfg.table}"
-        new = f"table {table} has new column(s) {', '.join(added)}"
-        if added and self.cfg.schema_change == "evolve":
-            raise SchemaEvolved(new)
-        if added and self.cfg.schema_change == "fail":
-            raise SchemaChanged(f"{new} that stream does not have (schema.change = 'fail')")
-        if op == "c" and self.cfg.schema_change == "fail":
-            dropped = [c for c in self.names if c not in values]
-            if dropped:
-                raise SchemaChanged(
-                    f"column(s) {', '.join(dropped)} of table {table} were dropped"
-                    " (schema.change = 'fail')"
-                )
-
-    def _row(self, op, values: dict, txn: Txn, seq: int, info: dict[str, Column]) -> None:
-        for f in self.data:
-            column = info.get(f.name) or Column(f.name, "")
-            self.columns[f.name].append(binlog_value(values.get(f.name), column, f.dataType))
-        meta = {"__op": op, "__ts_ms": txn.ts_ms, "__pos": text_pos(txn.end, seq)}
-        meta["__source"] = source(self.cfg, False, **txn.end, gtid=txn.gtid)
-        for name, value in meta.items():
-            if name in self.columns:
-                self.columns[name].append(value)
-        self.count += 1
-
-    def batch(self) -> pa.RecordBatch:
-        arrays = [pa.array(self.columns[f.name], f.type) for f in self.arrow]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
+def _value(value, f, types: dict):
+    return binlog_value(value, Column(f.name, types.get(f.name, "")), f.dataType)
 
 
 def source(cfg, snapshot: bool, **where) -> str:
@@ -295,17 +250,8 @@ def source(cfg, snapshot: bool, **where) -> str:
 
 
 def with_snapshot_columns(batch: pa.RecordBatch, cfg, schema: StructType, pos: dict):
-    """Snapshot rows (`__op = 'r'`) positioned before every change after the snapshot began."""
-    n = batch.num_rows
-    meta = {
-        "__op": pa.array(["r"] * n, pa.string()),
-        "__ts_ms": pa.array([time.time_ns() // 1_000_000] * n, pa.int64()),
-        "__pos": pa.array([text_pos(pos, SNAPSHOT_SEQ)] * n, pa.string()),
-        "__source": pa.array([source(cfg, True, **pos)] * n, pa.string()),
-    }
-    target = arrow_schema(schema)
-    arrays = [meta[f.name] if f.name in meta else batch.column(f.name) for f in target]
-    return pa.RecordBatch.from_arrays(arrays, schema=target)
+    """Snapshot rows, positioned before every change after the snapshot began."""
+    return snapshot_columns(batch, schema, text_pos(pos, SNAPSHOT_SEQ), source(cfg, True, **pos))
 
 
 # ------------------------------------------------------------------ errors

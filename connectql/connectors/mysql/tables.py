@@ -29,16 +29,22 @@ def describe_table(conn, database: str, table: str, where: str) -> Table:
         raise PlanError(
             f"{where}: table {database}.{table} does not exist{_similar(conn, database)}"
         )
+    typed = _typed(columns, where, f" of {database}.{table}")
+    return Table(database, table, typed, primary_key(conn, database, table))
+
+
+def _typed(columns: list[Column], where: str, of: str) -> tuple[tuple[str, str, str], ...]:
+    """(name, column type, Spark type) of each column, or a PlanError naming one unreadable."""
     out = []
     for c in columns:
         st = spark_type(c)
         if st is None:
             raise PlanError(
-                f"{where}: column {c.name} of {database}.{table} has type {c.column_type}, which"
-                " connectql cannot read"
+                f"{where}: column {c.name}{of} has type {c.column_type}, which connectql"
+                " cannot read"
             )
         out.append((c.name, c.column_type, st))
-    return Table(database, table, tuple(out), primary_key(conn, database, table))
+    return tuple(out)
 
 
 def primary_key(conn, database: str, table: str) -> tuple[str, ...]:
@@ -72,17 +78,8 @@ def describe_query(conn, sql: str, where: str) -> Table:
             fields = cur._result.fields  # pymysql's field packets: type, flags, charset
     except Exception as e:  # the server's message names the problem in the query
         raise PlanError(f"{where}: the query fails: {_first_line(e)}") from None
-    out = []
-    for f in fields:
-        c = Column(f.name, _field_type(f))
-        st = spark_type(c)
-        if st is None:
-            raise PlanError(
-                f"{where}: query column {c.name} has type {c.column_type}, which connectql"
-                " cannot read"
-            )
-        out.append((c.name, c.column_type, st))
-    return Table("", "query", tuple(out), ())
+    columns = [Column(f.name, _field_type(f)) for f in fields]
+    return Table("", "query", _typed(columns, where, " of the query"), ())
 
 
 _FIELD_TYPES = {

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.types import ArrayType, StringType, StructType
 
-from connectql.connectors.dbsink import META_COLUMNS
+from connectql.connectors.changerows import ChangeRows
+from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.postgres.pgdecode import (
     UNCHANGED_TOAST,
     Begin,
@@ -21,9 +22,8 @@ from connectql.connectors.postgres.pgdecode import (
     parse,
     to_python,
 )
-from connectql.connectors.postgres.types import arrow_schema
 from connectql.connectors.tablereader import Window
-from connectql.errors import ConnectQLError, SchemaChanged, SchemaEvolved
+from connectql.errors import ConnectQLError
 
 PLUGIN_NAME = "test_decoding"
 DECODE_OPTIONS = "'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1'"
@@ -134,7 +134,7 @@ def read_changes(conn, cfg, schema: StructType, key, part) -> Iterator[pa.Record
         (cfg.slot, lsn_text(lsn_to + 1)),
     )
     table = cfg.qualified_table
-    builder = _Rows(cfg, schema, tuple(key))
+    builder = ChangeRows(schema, key, table, cfg.schema_change, _value)
     pending: list[Change] = []
     for lsn, data in rows:
         item = parse(data)
@@ -147,64 +147,15 @@ def read_changes(conn, cfg, schema: StructType, key, part) -> Iterator[pa.Record
             if lsn_from < commit <= lsn_to:
                 for seq, change in enumerate(pending, start=1):
                     if change.table == table:
-                        builder.add(change, commit, seq, item)
+                        meta = {"__ts_ms": item.ts_ms, "__pos": position(commit, seq)}
+                        meta["__source"] = _source(
+                            cfg, False, commit_lsn=lsn_text(commit), xid=item.xid
+                        )
+                        values, before = _untoasted(change)
+                        builder.add(change.op, values, before, meta, change.types)
             pending = []
     if builder.count:
         yield builder.batch()
-
-
-class _Rows:
-    """Collects change rows column by column, converted to the stream's types."""
-
-    def __init__(self, cfg, schema: StructType, key: tuple[str, ...]):
-        self.cfg, self.schema, self.key = cfg, schema, key
-        self.arrow = arrow_schema(schema)
-        self.data = [f for f in schema.fields if f.name not in META_COLUMNS]
-        self.names = {f.name for f in self.data}
-        self.columns: dict[str, list] = {f.name: [] for f in schema.fields}
-        self.count = 0
-
-    def add(self, change: Change, commit: int, seq: int, txn: Commit) -> None:
-        self._check_columns(change)
-        key = self.key
-        if change.op == "u" and change.old_key and key:
-            old = [change.old_key.get(k) for k in key]
-            if old != [change.values.get(k) for k in key]:  # the key changed: delete the old row
-                self._row("d", change.old_key, change, commit, seq, txn)
-                self._row("c", change.values, change, commit, seq, txn)
-                return
-        self._row(change.op, change.values, change, commit, seq, txn)
-
-    def _check_columns(self, change: Change) -> None:
-        added = [c for c in change.values if c not in self.names]
-        new = f"table {change.table} has new column(s) " + ", ".join(
-            f"{c} ({change.types.get(c)})" for c in added
-        )
-        if added and self.cfg.schema_change == "evolve":
-            raise SchemaEvolved(new)
-        if added and self.cfg.schema_change == "fail":
-            raise SchemaChanged(f"{new} that stream does not have (schema.change = 'fail')")
-        if change.op == "c" and self.cfg.schema_change == "fail":
-            dropped = [c for c in self.names if c not in change.values]
-            if dropped:
-                raise SchemaChanged(
-                    f"column(s) {', '.join(dropped)} of table {change.table} were dropped"
-                    " (schema.change = 'fail')"
-                )
-
-    def _row(self, op, values, change: Change, commit, seq, txn: Commit) -> None:
-        for f in self.data:
-            self.columns[f.name].append(_value(values.get(f.name), change, f))
-        meta = {"__op": op, "__ts_ms": txn.ts_ms, "__pos": position(commit, seq)}
-        meta["__source"] = _source(self.cfg, False, commit_lsn=lsn_text(commit), xid=txn.xid)
-        for name, value in meta.items():
-            if name in self.columns:
-                self.columns[name].append(value)
-        self.count += 1
-
-    def batch(self) -> pa.RecordBatch:
-        arrays = [pa.array(self.columns[f.name], f.type) for f in self.arrow]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
 
 
 def _source(cfg, snapshot: bool, **where) -> str:
@@ -213,16 +164,27 @@ def _source(cfg, snapshot: bool, **where) -> str:
     return json.dumps({**body, "snapshot": snapshot, **where}, sort_keys=True)
 
 
-def _value(text, change: Change, f):
-    if text is UNCHANGED_TOAST:  # unchanged large value: only REPLICA IDENTITY FULL sends it
-        text = (change.old_key or {}).get(f.name)
-        if text is UNCHANGED_TOAST:
-            text = None
+def _untoasted(change: Change) -> tuple[dict, dict | None]:
+    """The new values and the old key (or row), an unchanged large value taken from the old row
+    where it is there (only REPLICA IDENTITY FULL sends it), else NULL."""
+    old = change.old_key or {}
+
+    def fill(values: dict) -> dict:
+        return {k: _known(old.get(k) if v is UNCHANGED_TOAST else v) for k, v in values.items()}
+
+    return fill(change.values), (fill(old) if change.old_key else None)
+
+
+def _known(value):
+    return None if value is UNCHANGED_TOAST else value
+
+
+def _value(text, f, types: dict):
     if text is None:
         return None
     if isinstance(f.dataType, StringType):
         return text
-    value = to_python(text, change.types.get(f.name, "text"))
+    value = to_python(text, types.get(f.name, "text"))
     if isinstance(f.dataType, ArrayType) and isinstance(f.dataType.elementType, StringType):
         return [None if v is None else str(v) for v in value]
     return value
@@ -231,15 +193,6 @@ def _value(text, change: Change, f):
 def with_snapshot_columns(
     batch: pa.RecordBatch, cfg, schema: StructType, lsn: int
 ) -> pa.RecordBatch:
-    """Snapshot rows (`__op = 'r'`) positioned before every change after the slot's start."""
-    n = batch.num_rows
+    """Snapshot rows, positioned before every change after the slot's start."""
     source = _source(cfg, True, lsn=lsn_text(lsn))
-    meta = {
-        "__op": pa.array(["r"] * n, pa.string()),
-        "__ts_ms": pa.array([time.time_ns() // 1_000_000] * n, pa.int64()),
-        "__pos": pa.array([position(lsn, SNAPSHOT_SEQ)] * n, pa.string()),
-        "__source": pa.array([source] * n, pa.string()),
-    }
-    target = arrow_schema(schema)
-    arrays = [meta[f.name] if f.name in meta else batch.column(f.name) for f in target]
-    return pa.RecordBatch.from_arrays(arrays, schema=target)
+    return snapshot_columns(batch, schema, position(lsn, SNAPSHOT_SEQ), source)

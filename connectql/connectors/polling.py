@@ -23,9 +23,9 @@ class Db(Protocol):
 
     def rows(self, sql: str, params: Sequence = ()) -> list[tuple]: ...
 
-    def arrow(self, sql: str, params: Sequence, schema: StructType) -> Iterator[pa.RecordBatch]: ...
-
-    def select_list(self, schema: StructType) -> str: ...
+    def read(
+        self, relation: str, where: str, params: Sequence, schema: StructType, order: Sequence[str]
+    ) -> Iterator[pa.RecordBatch]: ...  # the `schema` columns of the rows of relation + where
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,7 @@ def read_range(
     upto: Sequence[str] | None,
 ) -> Iterator[pa.RecordBatch]:
     where, params = range_where(db, columns, after, upto)  # no ORDER BY: rows need no order
-    sql = f"SELECT {db.select_list(src.schema)} FROM {src.relation}{where}"
-    yield from db.arrow(sql, params, src.schema)
+    yield from db.read(src.relation, where, params, src.schema, columns)
 
 
 def split(

@@ -4,12 +4,14 @@ text rows become Arrow, and how binlog values (from mysql-replication) become th
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 from dataclasses import dataclass
 from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pcsv
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -131,6 +133,43 @@ def select_expr(c: Column) -> str:
     return q
 
 
+def csv_expr(c: Column, dtype: DataType) -> str:
+    """SQL giving a column as one CSV field: strings quoted (an unquoted empty field is NULL),
+    binary as hex, other values as the server prints them."""
+    q = "`" + c.name.replace("`", "``") + "`"
+    if isinstance(dtype, StringType):
+        q = f"""CONCAT('"', REPLACE({q}, '"', '""'), '"')"""
+    elif isinstance(dtype, BinaryType):
+        q = f"""CONCAT('"', HEX({q}), '"')"""
+    elif c.data_type == "bit":
+        q = f"{q} + 0"
+    return f"IFNULL({q}, '')"
+
+
+def csv_to_arrow(data: bytes, schema: StructType) -> pa.RecordBatch:
+    """Lines of csv_expr fields -> Arrow of `schema`."""
+    target = arrow_schema(schema)
+    table = pcsv.read_csv(
+        io.BytesIO(data),
+        read_options=pcsv.ReadOptions(column_names=target.names, block_size=1 << 24),
+        parse_options=pcsv.ParseOptions(newlines_in_values=True),
+        convert_options=pcsv.ConvertOptions(
+            column_types={f.name: pa.string() for f in target},
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+    arrays = [_from_csv(table.column(i).combine_chunks(), f.type) for i, f in enumerate(target)]
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _from_csv(text: pa.Array, arrow: pa.DataType) -> pa.Array:
+    if pa.types.is_binary(arrow):
+        return pa.array([None if v is None else bytes.fromhex(v) for v in text.to_pylist()], arrow)
+    return _from_text(text, arrow)
+
+
 def rows_to_arrow(rows: list[tuple], schema: StructType) -> pa.RecordBatch:
     """Rows fetched without conversions (text, bytes for binary columns) -> Arrow of `schema`."""
     target = arrow_schema(schema)
@@ -139,10 +178,11 @@ def rows_to_arrow(rows: list[tuple], schema: StructType) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
-def _from_text(values: list, arrow: pa.DataType) -> pa.Array:
+def _from_text(values, arrow: pa.DataType) -> pa.Array:
+    """Text values (a list or a string array) -> an array of `arrow`."""
     if pa.types.is_binary(arrow):
         return pa.array(values, arrow)
-    text = pa.array(values, pa.string())
+    text = values if isinstance(values, pa.Array) else pa.array(values, pa.string())
     if pa.types.is_string(arrow):
         return text
     if pa.types.is_timestamp(arrow) or pa.types.is_date(arrow):

@@ -32,6 +32,11 @@ class PgDb:
     def select_list(self, schema: StructType) -> str:
         return ", ".join(select_expr(f.name, f.dataType) for f in schema.fields)
 
+    def read(self, relation, where, params, schema, order) -> Iterator[pa.RecordBatch]:
+        yield from self.arrow(
+            f"SELECT {self.select_list(schema)} FROM {relation}{where}", params, schema
+        )
+
     def arrow(self, sql: str, params: Sequence, schema: StructType) -> Iterator[pa.RecordBatch]:
         chunk: list = []
         with self.conn.cursor().copy(f"COPY ({sql}) TO STDOUT (FORMAT csv)", list(params)) as cp:

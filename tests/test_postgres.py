@@ -51,11 +51,13 @@ def cdc_dbs(pg_logical):
 
 
 def _drop(server, name: str) -> None:
+    from connectql.connectors.postgres.cdc import drop_slot
+
     with psycopg.connect(server.conninfo(), autocommit=True) as c:
         for (slot,) in c.execute(
             "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
         ).fetchall():
-            c.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            drop_slot(c, slot)  # ends a reader still active (the worker stops after this)
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

@@ -1,0 +1,91 @@
+"""The change rows every cdc source emits (PostgreSQL, MySQL), built column by column in the
+stream's types: the schema.change checks, an update that changes the key as a delete plus an
+insert, the change-data columns, and those columns on snapshot rows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructField, StructType
+
+from connectql.connectors.dbsink import META_COLUMNS
+from connectql.errors import SchemaChanged, SchemaEvolved
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+class ChangeRows:
+    """Collects change rows of `table`. `convert(value, field, types)` turns a decoded value into
+    the Python value of the field's Spark type (`types`: as given to add)."""
+
+    def __init__(self, schema: StructType, key, table: str, schema_change: str, convert):
+        self.key, self.table, self.schema_change = tuple(key), table, schema_change
+        self.convert: Callable[[Any, StructField, dict], Any] = convert
+        self.arrow = arrow_schema(schema)
+        self.data = [f for f in schema.fields if f.name not in META_COLUMNS]
+        self.names = {f.name for f in self.data}
+        self.columns: dict[str, list] = {f.name: [] for f in schema.fields}
+        self.count = 0
+
+    def add(self, op: str, values: dict, before: dict | None, meta: dict, types=None) -> None:
+        """One change; `meta` holds __ts_ms, __pos and __source; `types` names the database
+        types of the values' columns (for messages)."""
+        types = types or {}
+        self._check_columns(op, values, types)
+        if op == "u" and before and self.key:
+            if [before.get(k) for k in self.key] != [values.get(k) for k in self.key]:
+                self._row("d", before, meta, types)  # the key changed: delete the old row
+                self._row("c", values, meta, types)
+                return
+        self._row(op, values, meta, types)
+
+    def _check_columns(self, op: str, values: dict, types: dict) -> None:
+        added = [c for c in values if c not in self.names]
+        new = f"table {self.table} has new column(s) " + ", ".join(
+            f"{c} ({types[c]})" if c in types else c for c in added
+        )
+        if added and self.schema_change == "evolve":
+            raise SchemaEvolved(new)
+        if added and self.schema_change == "fail":
+            raise SchemaChanged(f"{new} that stream does not have (schema.change = 'fail')")
+        if op == "c" and self.schema_change == "fail":
+            dropped = [c for c in self.names if c not in values]
+            if dropped:
+                raise SchemaChanged(
+                    f"column(s) {', '.join(dropped)} of table {self.table} were dropped"
+                    " (schema.change = 'fail')"
+                )
+
+    def _row(self, op: str, values: dict, meta: dict, types: dict) -> None:
+        for f in self.data:
+            self.columns[f.name].append(self.convert(values.get(f.name), f, types))
+        for name, value in {"__op": op, **meta}.items():
+            if name in self.columns:
+                self.columns[name].append(value)
+        self.count += 1
+
+    def batch(self) -> pa.RecordBatch:
+        arrays = [pa.array(self.columns[f.name], f.type) for f in self.arrow]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
+
+
+def with_snapshot_columns(
+    batch: pa.RecordBatch, schema: StructType, pos: str, source: str
+) -> pa.RecordBatch:
+    """Snapshot rows: `__op = 'r'`, read now, at position `pos` (before every later change)."""
+    n = batch.num_rows
+    meta = {
+        "__op": pa.array(["r"] * n, pa.string()),
+        "__ts_ms": pa.array([time.time_ns() // 1_000_000] * n, pa.int64()),
+        "__pos": pa.array([pos] * n, pa.string()),
+        "__source": pa.array([source] * n, pa.string()),
+    }
+    target = arrow_schema(schema)
+    arrays = [meta[f.name] if f.name in meta else batch.column(f.name) for f in target]
+    return pa.RecordBatch.from_arrays(arrays, schema=target)

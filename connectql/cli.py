@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import time
@@ -13,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from connectql.errors import ConnectQLError
+from connectql.server.home import home_of
 
 console = Console()
 err_console = Console(stderr=True)
@@ -84,8 +86,8 @@ def _progress(worker, name: str, done: int, width: int = 16) -> str:
     return f"{'█' * filled}{'░' * (width - filled)} {100 * min(done, total) / total:3.0f}%"
 
 
-def _run_statements(worker, text: str, source: str) -> None:
-    for _stmt, result in worker.run_script(text, source):
+def _run_statements(backend, text: str, source: str) -> None:
+    for result in backend.run(text, source):
         render(result)
 
 
@@ -98,18 +100,28 @@ def _watch(worker) -> None:
         live.update(status_table(worker))
 
 
+def _backend(args):
+    from connectql.server.client import connect
+
+    return connect(home_of(args.home), args.server, args.token_file)
+
+
 def cmd_run(args) -> int:
-    from connectql.server.worker import Worker
+    from connectql.server.client import Embedded
 
     path = Path(args.file)
     if not path.is_file():
         raise ConnectQLError(f"no such script: {path}")
-    worker = Worker(args.home)
+    backend = _backend(args)
+    if not isinstance(backend, Embedded):  # a server runs it; its connectors stay there
+        _run_statements(backend, path.read_text(), str(path))
+        return 0
+    worker = backend.worker
     try:
         resumed = worker.resume_all()
         if resumed:
             console.print(f"[dim]resumed from checkpoints: {', '.join(resumed)}[/dim]")
-        _run_statements(worker, path.read_text(), str(path))
+        _run_statements(backend, path.read_text(), str(path))
         if worker.active():  # runs until once-connectors finish, or until Ctrl-C
             _watch(worker)
     except KeyboardInterrupt:
@@ -119,21 +131,67 @@ def cmd_run(args) -> int:
     return 0
 
 
-def cmd_sql(args) -> int:
-    from connectql.server.worker import Worker
-
-    worker = Worker(args.home)
+def _run_sql(args, text: str) -> int:
+    backend = _backend(args)
     try:
-        _run_statements(worker, " ".join(args.statements), "")
-        worker.wait_for_once()
+        _run_statements(backend, text, "")
     finally:
-        worker.close()
+        backend.close()
     return 0
+
+
+def cmd_sql(args) -> int:
+    return _run_sql(args, " ".join(args.statements))
+
+
+def cmd_status(args) -> int:
+    if args.name:
+        return _run_sql(args, f"DESCRIBE CONNECTOR {_name(args.name)}")
+    return _run_sql(args, STATUS_SQL)
+
+
+def cmd_action(args) -> int:
+    verb = "DROP" if args.command == "drop" else args.command.upper()
+    return _run_sql(args, f"{verb} CONNECTOR {_name(args.name)}")
+
+
+def _name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ConnectQLError(f"{name!r} is not a connector name (letters, digits and _)")
+    return name
+
+
+def cmd_server(args) -> int:
+    from connectql.server.api import serve
+    from connectql.server.client import token
+
+    serve(home_of(args.home), args.host, args.port, token(args.token_file), say=console.print)
+    return 0
+
+
+def cmd_shell(args) -> int:
+    from connectql.shell import run_shell
+
+    backend = _backend(args)
+    try:
+        return run_shell(backend, console)
+    finally:
+        backend.close()
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="connectql", description=__doc__)
     p.add_argument("--home", help="state directory (default: $CONNECTQL_HOME or ./.connectql)")
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        help="a running connectql server to talk to (default: the one serving the home, if any)",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="the API token, read from FILE (default: $CONNECTQL_TOKEN)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a SQL script; continuous connectors run until Ctrl-C")
     run.add_argument("file")
@@ -141,6 +199,19 @@ def parser() -> argparse.ArgumentParser:
     sql = sub.add_parser("sql", help='run statements, e.g. connectql sql "SHOW CONNECTORS"')
     sql.add_argument("statements", nargs="+")
     sql.set_defaults(func=cmd_sql)
+    status = sub.add_parser("status", help="the connectors' status, or one connector's details")
+    status.add_argument("name", nargs="?")
+    status.set_defaults(func=cmd_status)
+    for verb in ("pause", "resume", "restart", "drop"):
+        action = sub.add_parser(verb, help=f"{verb} a connector")
+        action.add_argument("name")
+        action.set_defaults(func=cmd_action)
+    server = sub.add_parser("server", help="run the worker headless with an HTTP API")
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    server.add_argument("--port", type=int, default=8083, help="port (8083; 0 picks a free one)")
+    server.set_defaults(func=cmd_server)
+    shell = sub.add_parser("shell", help="an interactive SQL prompt")
+    shell.set_defaults(func=cmd_shell)
     return p
 
 

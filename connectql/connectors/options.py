@@ -140,19 +140,33 @@ _COERCE = {
 def validate(specs: dict[str, Option], given: dict[str, Any], where: str) -> dict[str, Any]:
     """Check `given` against `specs`: unknown keys (with a suggestion), missing required options
     (with their doc) and types. Returns the options with defaults filled in and values coerced."""
+    problems = option_errors(specs, given)
+    if problems:
+        raise ValidationError(f"{where}: {next(iter(problems.values()))[0]}")
     lowered = {k.lower(): v for k, v in given.items()}
-    for key in lowered:
-        if key not in specs:
-            raise ValidationError(f"{where}: unknown option '{key}'{suggest(key, specs)}")
-    out: dict[str, Any] = {}
+    return {
+        name: coerce(spec, lowered[name], where) if name in lowered else spec.default
+        for name, spec in specs.items()
+        if name in lowered or spec.default is not None
+    }
+
+
+def option_errors(specs: dict[str, Option], given: dict[str, Any]) -> dict[str, list[str]]:
+    """Every problem with `given`, by option name: unknown keys first (in the order given), then
+    wrong types and missing required options (in declaration order). Empty when all is well."""
+    lowered = {k.lower(): v for k, v in given.items()}
+    problems = {
+        key: [f"unknown option '{key}'{suggest(key, specs)}"] for key in lowered if key not in specs
+    }
     for name, spec in specs.items():
         if name in lowered:
-            out[name] = coerce(spec, lowered[name], where)
+            try:
+                coerce(spec, lowered[name], "")
+            except ValidationError as e:
+                problems[name] = [str(e).removeprefix(": ")]
         elif spec.required:
-            raise ValidationError(f"{where}: missing required option '{name}': {spec.doc}")
-        elif spec.default is not None:
-            out[name] = spec.default
-    return out
+            problems[name] = [f"missing required option '{name}': {spec.doc}"]
+    return problems
 
 
 def to_spark_options(body: dict[str, Any]) -> dict[str, str]:

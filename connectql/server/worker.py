@@ -4,7 +4,6 @@ of the connector language, keeping each connector's state the truth about its qu
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -27,14 +26,11 @@ from connectql.runtime.engine import Engine
 from connectql.runtime.errors import short_error
 from connectql.runtime.session import logging_settings, stop_session
 from connectql.server import describe, lifecycle
+from connectql.server.home import HomeLock, home_of
 from connectql.server.results import Result
 from connectql.server.supervisor import Supervisor
 
 log = logging.getLogger("connectql.worker")
-
-
-def default_home() -> Path:
-    return Path(os.environ.get("CONNECTQL_HOME", ".connectql")).resolve()
 
 
 def schema_ddl(struct) -> str:
@@ -72,10 +68,15 @@ def schema_diff(old_json: str, new) -> str:
 
 class Worker:
     def __init__(self, home: str | Path | None = None):
-        self.home = Path(home).resolve() if home else default_home()
+        self.home = home_of(home)
         self.home.mkdir(parents=True, exist_ok=True)
+        self.home_lock = HomeLock(self.home)
         _log_to(self.home / "worker.log")
-        self.catalog = Catalog(self.home / "catalog.duckdb")
+        try:
+            self.catalog = Catalog(self.home / "catalog.duckdb")
+        except Exception:
+            self.home_lock.release()
+            raise
         self.secrets = SecretStore(self.home / "secrets.json")
         saved = {k: v for k, v in self.catalog.settings().items() if k.startswith("spark.")}
         spark_settings = {**logging_settings(self.home), **saved}
@@ -108,6 +109,7 @@ class Worker:
             self._stop(name, states.STOPPED, "worker shut down")
         self.engine.close()
         self.catalog.close()
+        self.home_lock.release()
         if stop_spark and self.engine.started:
             stop_session()
 

@@ -1,0 +1,161 @@
+"""`connectql server`: a headless worker behind an HTTP API (routes.py), on loopback unless a
+token guards it; its address goes to $CONNECTQL_HOME so other commands find it."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import re
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from connectql.errors import ConnectQLError
+from connectql.server.home import remove_address, write_address
+from connectql.server.routes import ROUTES, ApiError, Request, Routes, error_status
+
+log = logging.getLogger("connectql.api")
+
+MAX_BODY = 1 << 20
+_COMPILED = [
+    (method, re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$"), handler)
+    for method, path, handler in ROUTES
+]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def match(method: str, path: str) -> tuple[str, dict[str, str]]:
+    """The handler's name and path parameters; ApiError 404 (no such path) or 405 (method)."""
+    allowed = []
+    for m, pattern, handler in _COMPILED:
+        found = pattern.match(path)
+        if found:
+            if m == method:
+                return handler, {k: unquote(v) for k, v in found.groupdict().items()}
+            allowed.append(m)
+    if allowed:
+        raise ApiError(405, f"{method} is not allowed on {path}; use {', '.join(allowed)}")
+    raise ApiError(404, f"no such endpoint: {path} (see /openapi.json)")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "connectql"
+    server: ApiServer
+
+    def _handle(self) -> None:
+        try:
+            status, body = self._dispatch()
+        except ApiError as e:
+            status, body = e.status, {"error_code": e.status, "message": str(e), **e.extra}
+        except ConnectQLError as e:
+            status, body = error_status(e), {"error_code": error_status(e), "message": str(e)}
+        except Exception as e:  # a bug: say so without a traceback, keep serving
+            log.exception("%s %s failed", self.command, self.path)
+            status, body = (
+                500,
+                {"error_code": 500, "message": f"internal error: {type(e).__name__}"},
+            )
+        self._send(status, body)
+
+    def _dispatch(self):
+        if self.server.token and not self._authorized():
+            raise ApiError(401, "this server wants a token: send Authorization: Bearer <token>")
+        url = urlsplit(self.path)
+        handler, params = match(self.command, url.path.rstrip("/") or "/")
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise ApiError(413, f"the body is {length} bytes; at most {MAX_BODY}")
+        body = self.rfile.read(length) if length > 0 else b""
+        req = Request(
+            self.command,
+            url.path,
+            params,
+            dict(parse_qsl(url.query)),
+            body,
+            self.headers.get("Content-Type", ""),
+        )
+        return getattr(self.server.routes, handler)(req)
+
+    def _authorized(self) -> bool:
+        given = self.headers.get("Authorization", "")
+        expected = f"Bearer {self.server.token}"
+        return hmac.compare_digest(given.encode(), expected.encode())
+
+    def _send(self, status: int, body) -> None:
+        if isinstance(body, str):
+            data, kind = body.encode(), "text/plain; version=0.0.4; charset=utf-8"
+        else:
+            data, kind = json.dumps(body, default=str).encode(), "application/json"
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle  # noqa: N815
+
+    def log_message(self, format, *args):  # noqa: A002 (BaseHTTPRequestHandler's name)
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class ApiServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address, routes: Routes, token: str | None):
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, Handler)
+        self.routes, self.token = routes, token
+
+
+def serve(home: Path, host: str, port: int, token: str | None, say=print) -> None:
+    """Run a worker on `home` behind the API until SIGINT/SIGTERM; every connector whose desired
+    state is running is started again from its checkpoint first."""
+    from connectql.server.worker import Worker
+
+    if not is_loopback(host) and not token:
+        raise ConnectQLError(
+            f"--host {host} is not a loopback address: anyone who can reach it could run"
+            " statements, so the server needs a token (set CONNECTQL_TOKEN or --token-file)"
+            " and refuses to start without one"
+        )
+    worker = Worker(home)  # takes the home's lock: a second worker is refused, naming the first
+    try:
+        httpd = ApiServer((host, port), Routes(worker, f"{host}:{port}"), token)
+    except OSError as e:
+        worker.close()
+        raise ConnectQLError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    url = write_address(worker.home, host, httpd.server_address[1])
+    httpd.routes.worker_id = url.removeprefix("http://")
+    thread = threading.Thread(target=httpd.serve_forever, name="connectql-api", daemon=True)
+    thread.start()
+    try:
+        say(f"connectql server on {url} (home {worker.home})")
+        with httpd.routes.statements:
+            resumed = worker.resume_all()
+        if resumed:
+            say(f"resumed from checkpoints: {', '.join(resumed)}")
+        while True:
+            time.sleep(3600)
+    finally:
+        remove_address(worker.home)
+        httpd.shutdown()
+        httpd.server_close()
+        with httpd.routes.statements:
+            worker.close()

@@ -1,0 +1,100 @@
+"""One worker per home: an exclusive lock held for the worker's life, and the address file
+through which other `connectql` commands find a running server."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from connectql.errors import ConnectQLError
+
+LOCK_FILE = "worker.lock"
+ADDRESS_FILE = "server.json"
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("CONNECTQL_HOME", ".connectql")).resolve()
+
+
+def home_of(given: str | None) -> Path:
+    return Path(given).resolve() if given else default_home()
+
+
+class HomeLock:
+    """An exclusive `flock` on `$CONNECTQL_HOME/worker.lock`. The kernel releases it when the
+    process dies, even by kill -9, so a stale lock never blocks a restart."""
+
+    def __init__(self, home: Path):
+        self.home = home
+        self.fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise ConnectQLError(held_by(home)) from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, str(os.getpid()).encode())
+
+    def release(self) -> None:
+        if self.fd is not None:
+            remove_address(self.home)
+            os.close(self.fd)
+            self.fd = None
+
+
+def held_by(home: Path) -> str:
+    """Who holds the home: the other worker's pid and, for a server, its address."""
+    try:
+        pid = (home / LOCK_FILE).read_text().strip() or "?"
+    except OSError:
+        pid = "?"
+    address = read_address(home)
+    where = f", serving {address['url']}" if address and str(address.get("pid")) == pid else ""
+    return (
+        f"another connectql worker (pid {pid}{where}) is using {home};"
+        " stop it first, or talk to it with connectql sql/status/shell"
+    )
+
+
+def write_address(home: Path, host: str, port: int) -> str:
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    tmp = home / (ADDRESS_FILE + ".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "host": host, "port": port, "url": url}))
+    os.replace(tmp, home / ADDRESS_FILE)
+    return url
+
+
+def read_address(home: Path) -> dict | None:
+    """The running server's address, or None when there is none: no file, or no worker holds
+    the home any more (a server killed with -9 leaves its file behind)."""
+    try:
+        address = json.loads((home / ADDRESS_FILE).read_text())
+        address["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return address if is_held(home) else None
+
+
+def is_held(home: Path) -> bool:
+    """Whether a worker holds the home's lock now (probed with a shared lock, released at once)."""
+    try:
+        fd = os.open(home / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def remove_address(home: Path) -> None:
+    try:
+        if json.loads((home / ADDRESS_FILE).read_text()).get("pid") == os.getpid():
+            (home / ADDRESS_FILE).unlink()
+    except (OSError, ValueError):
+        pass

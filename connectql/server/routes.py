@@ -1,0 +1,254 @@
+"""The HTTP API's endpoints over one Worker: Kafka Connect's /connectors and /connector-plugins,
+plus /sql, /streams, /health and /metrics. Each takes a Request and returns (status, body)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectql.catalog import states
+from connectql.errors import CatalogError, ConnectQLError, StateError
+from connectql.grammar import ast
+from connectql.server import kafkaconnect, metrics
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, **extra: Any):
+        super().__init__(message)
+        self.status, self.extra = status, extra
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    params: dict[str, str] = field(default_factory=dict)  # from the path template
+    query: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    content_type: str = ""
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body or b"null")
+        except ValueError as e:
+            raise ApiError(400, f"the body is not valid JSON: {e}") from None
+
+    def text(self) -> str:
+        try:
+            return self.body.decode()
+        except UnicodeDecodeError:
+            raise ApiError(400, "the body is not UTF-8 text") from None
+
+
+STATUS_SQL = (
+    "SELECT name, state, desired_state, rows_total, rows_written, rows_filtered,"
+    " rows_dead_lettered, rows_per_sec, lag, last_batch_at, last_error FROM connectors"
+)
+
+
+class Routes:
+    def __init__(self, worker, worker_id: str):
+        self.worker, self.worker_id = worker, worker_id
+        # The worker runs one statement at a time; reads of the catalog need no turn.
+        self.statements = threading.Lock()
+
+    # ------------------------------------------------------------------ helpers
+    def run(self, stmt: ast.Statement):
+        with self.statements:
+            return self.worker.execute(stmt)
+
+    def entry(self, name: str):
+        if not self.worker.catalog.has_connector(name):
+            raise ApiError(404, f"connector '{name}' not found")
+        return self.worker.catalog.get_connector(name)
+
+    def status_rows(self, name: str | None = None) -> dict[str, dict[str, Any]]:
+        where, params = (" WHERE name = ?", [name]) if name else ("", [])
+        cols, rows = self.worker.catalog.query(STATUS_SQL + where, params)
+        return {r[0]: dict(zip(cols, r, strict=True)) for r in rows}
+
+    def status_of(self, entry) -> dict[str, Any]:
+        row = self.status_rows(entry.name).get(entry.name)
+        if row is None:
+            raise ApiError(404, f"connector '{entry.name}' not found")
+        return kafkaconnect.status(entry, row, self.worker_id)
+
+    # ------------------------------------------------------------------ /connectors
+    def list_connectors(self, req: Request):
+        entries = self.worker.catalog.connectors()
+        expand = {e for e in req.query.get("expand", "").split(",") if e}
+        if not expand:
+            return 200, sorted(e.name for e in entries)
+        unknown = expand - {"status", "info"}
+        if unknown:
+            raise ApiError(400, f"expand takes status and/or info, not {sorted(unknown)[0]!r}")
+        rows = self.status_rows()
+        out = {}
+        for e in entries:
+            out[e.name] = {}
+            if "info" in expand:
+                out[e.name]["info"] = kafkaconnect.info(e)
+            if "status" in expand and e.name in rows:
+                out[e.name]["status"] = kafkaconnect.status(e, rows[e.name], self.worker_id)
+        return 200, out
+
+    def create_connector(self, req: Request):
+        stmt = self._create_statement(req)
+        if self.worker.catalog.has_connector(stmt.name):
+            raise ApiError(409, f"connector '{stmt.name}' already exists")
+        self.run(stmt)
+        return 201, kafkaconnect.info(self.worker.catalog.get_connector(stmt.name))
+
+    def _create_statement(self, req: Request):
+        text = req.text().strip()
+        if text.startswith("{"):
+            return kafkaconnect.statement(req.json())
+        if text.startswith('"'):  # a JSON string holding the statement
+            text = req.json() if isinstance(req.json(), str) else text
+        from connectql.grammar.parser import parse_script
+
+        stmts = parse_script(text)
+        if len(stmts) != 1 or not isinstance(
+            stmts[0], (ast.CreateSourceConnector, ast.CreateSinkConnector)
+        ):
+            raise ApiError(
+                400,
+                "the body must be one CREATE SOURCE/SINK CONNECTOR statement"
+                ' or {"name": ..., "config": {...}}; send other statements to POST /sql',
+            )
+        return stmts[0]
+
+    def get_connector(self, req: Request):
+        return 200, kafkaconnect.info(self.entry(req.params["name"]))
+
+    def get_config(self, req: Request):
+        return 200, kafkaconnect.config(self.entry(req.params["name"]))
+
+    def get_status(self, req: Request):
+        return 200, self.status_of(self.entry(req.params["name"]))
+
+    def _action(self, req: Request, action: str, status: int = 202):
+        entry = self.entry(req.params["name"])
+        result = self.run(ast.ConnectorAction(action, entry.name))
+        return status, {"message": result.message, **self.status_of(entry)}
+
+    def pause(self, req: Request):
+        return self._action(req, "pause")
+
+    def resume(self, req: Request):
+        return self._action(req, "resume")
+
+    def restart(self, req: Request):
+        return self._action(req, "restart")
+
+    def delete_connector(self, req: Request):
+        entry = self.entry(req.params["name"])
+        result = self.run(ast.Drop("connector", entry.name))
+        return 200, {"message": result.message}
+
+    def get_offsets(self, req: Request):
+        entry = self.entry(req.params["name"])
+        _, rows = self.worker.catalog.query(
+            "SELECT committed_offset, latest_offset FROM connector_offsets WHERE connector = ?",
+            [entry.name],
+        )
+        committed, latest = rows[0] if rows else (None, None)
+        return 200, kafkaconnect.offsets(entry.name, committed, latest)
+
+    def reset_offsets(self, req: Request):
+        entry = self.entry(req.params["name"])
+        result = self.run(ast.ConnectorAction("reset_offsets", entry.name))
+        return 200, {"message": result.message}
+
+    # ------------------------------------------------------------------ plugins
+    def list_plugins(self, req: Request):
+        return 200, kafkaconnect.plugins()
+
+    def validate_config(self, req: Request):
+        return 200, kafkaconnect.validate(req.params["type"], req.json())
+
+    # ------------------------------------------------------------------ the rest
+    def sql(self, req: Request):
+        """A script: each statement's result; the first failure stops it (400, with the results
+        of the statements before it)."""
+        body = req.json() if req.content_type.startswith("application/json") else req.text()
+        text = body.get("sql") if isinstance(body, dict) else body
+        if not isinstance(text, str):
+            raise ApiError(400, 'the body must be SQL text or {"sql": "..."}')
+        source = body.get("source", "") if isinstance(body, dict) else ""
+        done = []
+        with self.statements:
+            try:
+                for stmt, result in self.worker.run_script(text, str(source or "")):
+                    done.append({"statement": stmt.text, "line": stmt.line, **result.to_json()})
+            except ConnectQLError as e:
+                raise ApiError(error_status(e), str(e), results=done) from None
+        return 200, {"results": done}
+
+    def streams(self, req: Request):
+        return 200, [
+            {
+                "name": s.name,
+                "schema": s.schema,
+                "key": s.key,
+                "path": s.path,
+                "retention": s.retention,
+                "created_by": s.created_by,
+            }
+            for s in self.worker.catalog.streams()
+        ]
+
+    def health(self, req: Request):
+        rows = self.status_rows()
+        counts: dict[str, int] = {}
+        for r in rows.values():
+            counts[r["state"]] = counts.get(r["state"], 0) + 1
+        failing = sorted(n for n, r in rows.items() if r["state"] == states.FAILED)
+        return 200, {
+            "status": "ok",
+            "worker_id": self.worker_id,
+            "home": str(self.worker.home),
+            "connectors": counts,
+            "failed": failing,
+        }
+
+    def metrics(self, req: Request):
+        return 200, metrics.exposition(self.worker.catalog)
+
+    def openapi(self, req: Request):
+        from connectql.server.openapi import SPEC
+
+        return 200, SPEC
+
+
+def error_status(e: ConnectQLError) -> int:
+    """409 for a conflict with the current state (a lifecycle action, a name taken), else 400:
+    the request asked for something wrong, and the message names what."""
+    conflict = isinstance(e, StateError) or (
+        isinstance(e, CatalogError) and "already exists" in str(e)
+    )
+    return 409 if conflict else 400
+
+
+ROUTES: list[tuple[str, str, str]] = [
+    ("GET", "/connectors", "list_connectors"),
+    ("POST", "/connectors", "create_connector"),
+    ("GET", "/connectors/{name}", "get_connector"),
+    ("DELETE", "/connectors/{name}", "delete_connector"),
+    ("GET", "/connectors/{name}/config", "get_config"),
+    ("GET", "/connectors/{name}/status", "get_status"),
+    ("PUT", "/connectors/{name}/pause", "pause"),
+    ("PUT", "/connectors/{name}/resume", "resume"),
+    ("POST", "/connectors/{name}/restart", "restart"),
+    ("GET", "/connectors/{name}/offsets", "get_offsets"),
+    ("DELETE", "/connectors/{name}/offsets", "reset_offsets"),
+    ("GET", "/connector-plugins", "list_plugins"),
+    ("PUT", "/connector-plugins/{type}/config/validate", "validate_config"),
+    ("POST", "/sql", "sql"),
+    ("GET", "/streams", "streams"),
+    ("GET", "/health", "health"),
+    ("GET", "/metrics", "metrics"),
+    ("GET", "/openapi.json", "openapi"),
+]

@@ -72,14 +72,11 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, body)
 
     def _dispatch(self):
+        body = self._body()  # read before any answer, so a kept-alive connection stays in step
         if self.server.token and not self._authorized():
             raise ApiError(401, "this server wants a token: send Authorization: Bearer <token>")
         url = urlsplit(self.path)
         handler, params = match(self.command, url.path.rstrip("/") or "/")
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            raise ApiError(413, f"the body is {length} bytes; at most {MAX_BODY}")
-        body = self.rfile.read(length) if length > 0 else b""
         req = Request(
             self.command,
             url.path,
@@ -89,6 +86,21 @@ class Handler(BaseHTTPRequestHandler):
             self.headers.get("Content-Type", ""),
         )
         return getattr(self.server.routes, handler)(req)
+
+    def _body(self) -> bytes:
+        """The request's body; a body that cannot be read whole ends the connection."""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.close_connection = True
+            raise ApiError(411, "send the body with a Content-Length, not chunked")
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            self.close_connection = True
+            raise ApiError(400, "Content-Length is not a number") from None
+        if length > MAX_BODY or length < 0:
+            self.close_connection = True
+            raise ApiError(413, f"the body is {length} bytes; at most {MAX_BODY}")
+        return self.rfile.read(length) if length else b""
 
     def _authorized(self) -> bool:
         given = self.headers.get("Authorization", "")

@@ -51,10 +51,14 @@ def held_by(home: Path) -> str:
     except OSError:
         pid = "?"
     address = read_address(home)
-    where = f", serving {address['url']}" if address and str(address.get("pid")) == pid else ""
+    if address and str(address.get("pid")) == pid:
+        return (
+            f"another connectql worker (pid {pid}, serving {address['url']}) is using {home}:"
+            " connectql sql/status/shell talk to it; stop it before starting another"
+        )
     return (
-        f"another connectql worker (pid {pid}{where}) is using {home};"
-        " stop it first, or talk to it with connectql sql/status/shell"
+        f"another connectql worker (pid {pid}) is using {home} without an API (connectql run"
+        " or sql): wait for it or stop it; to share a home, run it as connectql server"
     )
 
 

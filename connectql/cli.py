@@ -165,7 +165,10 @@ def cmd_server(args) -> int:
     from connectql.server.api import serve
     from connectql.server.client import token
 
-    serve(home_of(args.home), args.host, args.port, token(args.token_file), say=console.print)
+    try:
+        serve(home_of(args.home), args.host, args.port, token(args.token_file), say=console.print)
+    except KeyboardInterrupt:  # SIGINT/SIGTERM is how a server stops: serve has shut it down
+        pass
     return 0
 
 

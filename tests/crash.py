@@ -48,22 +48,38 @@ CONNECTQL = [sys.executable, "-m", "connectql.cli"]
 # ------------------------------------------------------------------ worker processes
 
 
-def start_worker(home: Path, script: Path, logs: Path, tag: str) -> subprocess.Popen:
-    """`connectql run script` in its own session, so that the JVM and Spark's Python workers it
-    starts can be killed with it. The worker and Spark's Python workers import connectql from
-    this checkout (PYTHONPATH first), whichever checkout the interpreter has installed."""
+def checkout_env(**changes: str | None) -> dict[str, str]:
+    """This process's environment with this checkout first on PYTHONPATH, so that a `connectql`
+    process and Spark's Python workers import connectql from here, whichever checkout the
+    interpreter has installed; a change to None removes the variable."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def start_connectql(home: Path, args: list[str], logs: Path, tag: str, env=None):
+    """`connectql --home home *args` in its own session, so that the JVM and Spark's Python
+    workers it starts can be killed with it; its output goes to logs/tag.out and .err."""
     with (logs / f"{tag}.out").open("w") as out, (logs / f"{tag}.err").open("w") as err:
         return subprocess.Popen(
-            [*CONNECTQL, "--home", str(home), "run", str(script)],
+            [*CONNECTQL, "--home", str(home), *args],
             cwd=ROOT,
-            env=env,
+            env=env or checkout_env(),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             start_new_session=True,
         )
+
+
+def start_worker(home: Path, script: Path, logs: Path, tag: str) -> subprocess.Popen:
+    """`connectql run script` (see start_connectql)."""
+    return start_connectql(home, ["run", str(script)], logs, tag)
 
 
 def session_members(sid: int) -> list[int]:

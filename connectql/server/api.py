@@ -72,7 +72,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, body)
 
     def _dispatch(self):
-        body = self._body()  # read before any answer, so a kept-alive connection stays in step
+        body = self._body()  # first: a refused request's body must not be read as the next one
         if self.server.token and not self._authorized():
             raise ApiError(401, "this server wants a token: send Authorization: Bearer <token>")
         url = urlsplit(self.path)
@@ -88,19 +88,19 @@ class Handler(BaseHTTPRequestHandler):
         return getattr(self.server.routes, handler)(req)
 
     def _body(self) -> bytes:
-        """The request's body; a body that cannot be read whole ends the connection."""
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+        """The request's body; a body that is not read ends the connection after the answer."""
+        given = self.headers.get("Content-Length")
+        if given is None and self.headers.get("Transfer-Encoding"):
             self.close_connection = True
-            raise ApiError(411, "send the body with a Content-Length, not chunked")
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
+            raise ApiError(411, "send the body with a Content-Length")
+        if not (given or "0").strip().isdigit():
             self.close_connection = True
-            raise ApiError(400, "Content-Length is not a number") from None
-        if length > MAX_BODY or length < 0:
+            raise ApiError(400, f"Content-Length {given!r} is not a number of bytes")
+        length = int(given or 0)
+        if length > MAX_BODY:
             self.close_connection = True
             raise ApiError(413, f"the body is {length} bytes; at most {MAX_BODY}")
-        return self.rfile.read(length) if length else b""
+        return self.rfile.read(length)
 
     def _authorized(self) -> bool:
         given = self.headers.get("Authorization", "")
@@ -115,6 +115,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

@@ -97,6 +97,8 @@ class Routes:
     def create_connector(self, req: Request):
         stmt = self._create_statement(req)
         if self.worker.catalog.has_connector(stmt.name):
+            if stmt.if_not_exists:  # CREATE ... IF NOT EXISTS: left as it is
+                return 200, kafkaconnect.info(self.worker.catalog.get_connector(stmt.name))
             raise ApiError(409, f"connector '{stmt.name}' already exists")
         self.run(stmt)
         return 201, kafkaconnect.info(self.worker.catalog.get_connector(stmt.name))

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from connectql.errors import ConnectQLError
 from connectql.server.home import home_of
+from connectql.server.results import render
 
 console = Console()
 err_console = Console(stderr=True)
@@ -32,18 +33,6 @@ STATE_STYLE = {
     "PAUSED": "dim",
     "STOPPED": "dim",
 }
-
-
-def render(result) -> None:
-    if result.is_table:
-        table = Table(title=result.title or None, title_justify="left", show_lines=False)
-        for col in result.columns:
-            table.add_column(col, overflow="fold")
-        for row in result.rows:
-            table.add_row(*("" if v is None else str(v) for v in row))
-        console.print(table)
-    elif result.message:
-        console.print(f"[green]✓[/green] {result.message}")
 
 
 def status_table(worker) -> Table:
@@ -88,7 +77,7 @@ def _progress(worker, name: str, done: int, width: int = 16) -> str:
 
 def _run_statements(backend, text: str, source: str) -> None:
     for result in backend.run(text, source):
-        render(result)
+        render(result, console)
 
 
 def _watch(worker) -> None:

@@ -380,3 +380,52 @@ def parse_statement(text: str) -> Statement:
         at = _position(text, spans[1][0]) if spans else (1, 1)
         raise ParseError(f"expected exactly one statement, found {len(spans)}", *at)
     return _parse_span(text, *spans[0], "")
+
+
+# ---- for an interactive prompt -------------------------------------------------------------------
+
+
+def unfinished(text: str) -> str | None:
+    """The statement `text` ends in while it is still being written: what follows its last `;`
+    outside quotes and comments, when that holds code or an open quote or comment; else None."""
+    tail, code = 0, False
+    for match in _SCAN.finditer(text):
+        kind = match.lastgroup
+        if kind == "bad":  # an open quote or comment: any `;` after it is inside it
+            return text[tail:]
+        if kind == "semi":
+            tail, code = match.end(), False
+        code = code or kind == "code"
+    return text[tail:] if code else None
+
+
+def one_line(text: str) -> str:
+    """`text` on one line, for a history: comments dropped, blanks between tokens one space."""
+    parts: list[str] = []
+    for match in _SCAN.finditer(text):
+        blank = match.lastgroup == "skip"
+        if not (blank and parts and parts[-1] == " "):
+            parts.append(" " if blank else match.group())
+    return "".join(parts).strip()
+
+
+_AS_KEYWORD = {"SELECT_SQL": "SELECT", "WITH_SQL": "WITH", "SELECT_BODY": "SELECT"}
+
+
+@lru_cache(maxsize=1)
+def keywords() -> frozenset[str]:
+    """The language's keywords (terminals that win over names), SELECT included."""
+    named = {t.name for t in _parser().terminals if t.priority > 1 and t.name.isalpha()}
+    return frozenset(named | set(_AS_KEYWORD.values()))
+
+
+def next_terminals(prefix: str) -> tuple[list[Token], set[str]] | None:
+    """For completion: the tokens of an unfinished statement and the terminals that may follow
+    (a query as SELECT or WITH), or None when `prefix` already breaks the grammar."""
+    try:
+        interactive = _parser().parse_interactive(prefix)
+        tokens = interactive.exhaust_lexer()
+        accepted = interactive.accepts()
+    except (UnexpectedInput, _Error):
+        return None
+    return tokens, {_AS_KEYWORD.get(name, name) for name in accepted}

@@ -7,6 +7,9 @@ import decimal
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 
 @dataclass
 class Result:
@@ -53,3 +56,16 @@ def json_value(v: Any) -> Any:
     if isinstance(v, dict):
         return {str(k): json_value(x) for k, x in v.items()}
     return str(v)
+
+
+def render(result: Result, console: Console) -> None:
+    """A result on a terminal: its table, or its message after a check mark."""
+    if result.is_table:
+        table = Table(title=result.title or None, title_justify="left", show_lines=False)
+        for col in result.columns:
+            table.add_column(col, overflow="fold")
+        for row in result.rows:
+            table.add_row(*("" if v is None else str(v) for v in row))
+        console.print(table)
+    elif result.message:
+        console.print(f"[green]✓[/green] {result.message}")

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import subprocess
+import time
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -144,6 +148,23 @@ def create_database(conninfo: str, name: str) -> str:
     params = psycopg.conninfo.conninfo_to_dict(conninfo)
     params["dbname"] = name
     return psycopg.conninfo.make_conninfo(**params)
+
+
+def require_password(server, *roles: str) -> None:
+    """Make the private `server` ask `roles` for their passwords (it trusts everyone otherwise)."""
+    import psycopg
+
+    with psycopg.connect(server.conninfo(), autocommit=True) as conn:
+        hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
+        lines = hba.read_text()
+        rule = f"host all {','.join(roles)} 127.0.0.1/32 scram-sha-256\n"
+        if rule not in lines:
+            tmp = Path(f"/tmp/hba-{uuid.uuid4().hex}")
+            tmp.write_text(rule + lines)
+            shutil.copyfile(tmp, hba)
+            tmp.unlink()
+        conn.execute("SELECT pg_reload_conf()")
+    time.sleep(0.3)
 
 
 @pytest.fixture(scope="session")

@@ -3,11 +3,9 @@ incremental and bulk sources, change-data capture, schema changes, and every bad
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -20,7 +18,7 @@ from tests.helpers import (
     run_rejecting_sinks,
     wait_until,
 )
-from tests.pgserver import create_database
+from tests.pgserver import create_database, require_password
 
 pytestmark = pytest.mark.spark
 
@@ -481,7 +479,7 @@ def test_cdc_errors_name_the_problem(worker, pg_logical, cdc_dbs):
     sql(src_info, "CREATE TABLE t (id int PRIMARY KEY)")
     sql(src_info, "DROP ROLE IF EXISTS cq_plain; CREATE ROLE cq_plain LOGIN PASSWORD 'right'")
     sql(src_info, "GRANT SELECT ON t TO cq_plain")
-    _require_passwords(pg_logical, "cq_plain")
+    require_password(pg_logical, "cq_plain")
     base = f"host = '127.0.0.1', port = {pg_logical.port}, database = '{src}', table = 't'"
     with pytest.raises(
         PlanError, match="role 'cq_plain' may not replicate: it needs the REPLICATION"
@@ -497,17 +495,3 @@ def test_cdc_errors_name_the_problem(worker, pg_logical, cdc_dbs):
         )
     assert "wrong-pw" not in str(e.value)
     assert worker.catalog.connectors() == []
-
-
-def _require_passwords(server, role: str) -> None:
-    """Make the private server ask `role` for its password (it trusts everyone otherwise)."""
-    hba = Path(sql(server.conninfo(), "SHOW hba_file")[0][0])
-    lines = hba.read_text()
-    rule = f"host all {role} 127.0.0.1/32 scram-sha-256\n"
-    if rule not in lines:
-        tmp = Path(f"/tmp/hba-{uuid.uuid4().hex}")
-        tmp.write_text(rule + lines)
-        shutil.copyfile(tmp, hba)
-        tmp.unlink()
-    sql(server.conninfo(), "SELECT pg_reload_conf()")
-    time.sleep(0.3)

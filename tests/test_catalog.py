@@ -9,11 +9,13 @@ import pytest
 
 from connectql.catalog import schema, states
 from connectql.catalog.query import rewrite, run_select
+from connectql.catalog.redact import statement_text
 from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
 from connectql.catalog.streams import committed_files
 from connectql.errors import CatalogError, StateError, ValidationError
 from connectql.grammar.ast import SecretRef
+from connectql.grammar.parser import parse_script
 
 
 @pytest.fixture
@@ -61,6 +63,21 @@ def test_options_are_stored_as_given_but_shown_redacted(cat):
         "token": "SECRET tok",
         "user": "${env:DB_USER}",
     }
+
+
+def test_a_statement_is_echoed_with_the_secret_values_written_into_it_masked():
+    script = (
+        "CREATE SECRET pw AS 'it''s-hunter2';\n"
+        'EXPLAIN CREATE SINK CONNECTOR c TO postgres FROM s WITH (password = "hunter3",'
+        " 'ssl.key' = 'k3y', user = 'hunter', token = SECRET pw, p = '${env:PW}');\n"
+        "SET 'spark.hadoop.fs.s3a.secret.key' = 's3cr3t'"
+    )
+    assert [statement_text(s) for s in parse_script(script)] == [
+        "CREATE SECRET pw AS '****'",
+        'EXPLAIN CREATE SINK CONNECTOR c TO postgres FROM s WITH (password = "****",'
+        " 'ssl.key' = '****', user = 'hunter', token = SECRET pw, p = '${env:PW}')",
+        "SET 'spark.hadoop.fs.s3a.secret.key' = '****'",
+    ]
 
 
 def test_user_select_cannot_read_private_tables(cat):

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from connectql.connectors.options import is_secret_key
-from connectql.grammar.ast import SecretRef
+from connectql.grammar import ast
 
 MASK = "****"
 
 
 def redact_value(key: str, value: Any) -> Any:
-    if isinstance(value, SecretRef):
+    if isinstance(value, ast.SecretRef):
         return f"SECRET {value.name}"
     if isinstance(value, str) and value.startswith("${"):
         return value  # a reference (${env:X}, ${file:P}), not the secret itself
@@ -28,3 +28,23 @@ def scrub(text: str, secrets) -> str:
         if secret and len(str(secret)) >= 3:
             text = text.replace(str(secret), MASK)
     return text
+
+
+def written_secrets(stmt: ast.Statement) -> list[str]:
+    """The secret values written into a statement's text: CREATE SECRET's value and the inline
+    values of secret keys (connector options, SET)."""
+    if isinstance(stmt, ast.Explain):
+        stmt = stmt.statement
+    if isinstance(stmt, ast.CreateSecret):
+        return [stmt.value]
+    given = {stmt.key: stmt.value} if isinstance(stmt, ast.Set) else getattr(stmt, "options", {})
+    return [str(v) for k, v in given.items() if redact_value(k, v) == MASK]
+
+
+def statement_text(stmt: ast.Statement) -> str:
+    """The statement's own SQL text with the secret values written into it masked (also as
+    quoted in SQL, with their quotes doubled)."""
+    forms = {
+        f for v in written_secrets(stmt) for f in (v, v.replace("'", "''"), v.replace('"', '""'))
+    }
+    return scrub(stmt.text, sorted(forms, key=len, reverse=True))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectql.catalog import states
+from connectql.catalog.redact import statement_text
 from connectql.errors import CatalogError, ConnectQLError, StateError
 from connectql.grammar import ast
 from connectql.server import kafkaconnect, metrics
@@ -184,7 +185,8 @@ class Routes:
         with self.statements:
             try:
                 for stmt, result in self.worker.run_script(text, str(source or "")):
-                    done.append({"statement": stmt.text, "line": stmt.line, **result.to_json()})
+                    shown = statement_text(stmt)
+                    done.append({"statement": shown, "line": stmt.line, **result.to_json()})
             except ConnectQLError as e:
                 raise ApiError(error_status(e), str(e), results=done) from None
         return 200, {"results": done}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from connectql.catalog import states
 from connectql.catalog.query import run_select
-from connectql.catalog.redact import scrub
+from connectql.catalog.redact import redact_value, scrub
 from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
 from connectql.connectors import registry
@@ -433,15 +433,16 @@ class Worker:
     def _do_Set(self, s: ast.Set) -> Result:  # noqa: N802
         value = str(s.value).lower() if isinstance(s.value, bool) else str(s.value)
         self.catalog.set_setting(s.key, value)
+        done = f"set {s.key} = {redact_value(s.key, value)}"  # e.g. an S3 secret key
         if not s.key.startswith("spark."):
-            return Result(f"set {s.key} = {value}")
+            return Result(done)
         if not self.engine.started:
             self.engine.settings[s.key] = value
-            return Result(f"set {s.key} = {value}")
+            return Result(done)
         if s.key.startswith("spark.sql."):
             self.engine.spark.conf.set(s.key, value)
-            return Result(f"set {s.key} = {value}")
-        return Result(f"set {s.key} = {value}; it takes effect when the worker starts again")
+            return Result(done)
+        return Result(f"{done}; it takes effect when the worker starts again")
 
     def _do_Select(self, s: ast.Select) -> Result:  # noqa: N802
         self.wait_for_once()  # a batch script sees its once-connectors' results in order

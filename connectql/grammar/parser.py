@@ -14,6 +14,8 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 from lark.parsers.lalr_parser_state import ParserState
 from sqlglot import exp
 
+from connectql.catalog.redact import MASK
+from connectql.connectors.options import is_secret_key
 from connectql.errors import ParseError
 from connectql.grammar.ast import (
     AlterConnector,
@@ -65,6 +67,11 @@ _SCAN = re.compile(
 
 # What an error quotes when no token could be read: the word-like run there, or one character.
 _WORDISH = re.compile(r"[A-Za-z0-9_.\-]+|.", re.S)
+# A syntax error does not quote what may be a secret: text in a CREATE SECRET, or after a key
+# whose values are secret (a key as a word or quoted, maybe followed by '=').
+_CREATE_SECRET = re.compile(r"\s*create\s+secret\b", re.IGNORECASE)
+_LAST_WORD = re.compile(r"""([\w.\-]+|'[^']*'|"[^"]*")\s*=?\s*$""")
+_MASKED = f"'{MASK}'"
 
 
 class _Error(Exception):
@@ -299,11 +306,23 @@ def _expected(e: UnexpectedInput) -> str:
     return shown[0] if len(shown) == 1 else "one of: " + ", ".join(shown)
 
 
-def _shown(token: Token) -> str:
-    """A token as quoted in an error: strings in full (up to 40 characters), else the first word."""
+def _shown(token: Token, hide: bool = False) -> str:
+    """A token as quoted in an error: strings in full (up to 40 characters), else the first word;
+    masked when it may be a secret value."""
+    if hide:
+        return f"string {_MASKED}" if token.type == "STRING" else _MASKED
     if token.type == "STRING":
         return f"string {token[:37] + '...' if len(token) > 40 else str(token)}"
     return repr(str(token).split(None, 1)[0])
+
+
+def _may_be_secret(text: str, pos: int) -> bool:
+    """Whether the text at `pos` of a statement may be a secret value: anything in a CREATE
+    SECRET, and what follows a secret key (`password 'x'` lacks its '=')."""
+    if _CREATE_SECRET.match(text):
+        return True
+    before = _LAST_WORD.search(text[:pos])
+    return bool(before) and is_secret_key(before.group(1).strip("'\""))
 
 
 def _as_select(e: UnexpectedToken) -> bool:
@@ -317,11 +336,13 @@ def _syntax_error(e: UnexpectedInput, text: str) -> _Error:
     if isinstance(e, UnexpectedToken) and e.token.type == "SELECT_SQL" and _as_select(e):
         message = "AS SELECT needs a WITH (...) options clause after the query"
         return _Error(message, e.line, e.column)
+    hide = _may_be_secret(text, e.pos_in_stream or 0)
     if isinstance(e, UnexpectedToken):
-        return _Error(f"unexpected {_shown(e.token)}, expected {_expected(e)}", e.line, e.column)
+        shown = _shown(e.token, hide)
+        return _Error(f"unexpected {shown}, expected {_expected(e)}", e.line, e.column)
     assert isinstance(e, UnexpectedCharacters)
-    shown = _WORDISH.match(text, e.pos_in_stream).group()
-    return _Error(f"unexpected {shown!r}, expected {_expected(e)}", e.line, e.column)
+    shown = _MASKED if hide else repr(_WORDISH.match(text, e.pos_in_stream).group())
+    return _Error(f"unexpected {shown}, expected {_expected(e)}", e.line, e.column)
 
 
 def _position(text: str, index: int) -> tuple[int, int]:

@@ -1,0 +1,274 @@
+"""Secret values never leak: one full run, through every way a user drives connectql, with
+distinctive secrets given inline, as `SECRET name`, as `${env:NAME}` / `${file:PATH}`, as a
+wrong password, as a `SET` of a secret Spark key and inside statements with syntax errors; then
+every output channel is searched for them: each process's stdout and stderr (`connectql run`,
+embedded `connectql sql`, `connectql server` and the commands that talk to it), every HTTP
+response body, SHOW / DESCRIBE / EXPLAIN and the public catalog tables, the error messages of
+failed CREATEs and of a connector that fails at run time, and every file in the home (logs,
+checkpoints, streams, the server's address) but the two that hold secrets by design:
+secrets.json and catalog.duckdb (whose public tables are read through SELECT).
+
+The connectors really log in with those passwords: PostgreSQL roles on the private server that
+must give them (the shared server trusts every local connection, so a wrong one would pass)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+
+from connectql.catalog.schema import PUBLIC_TABLES
+from connectql.grammar.printer import value_sql
+from tests.helpers import read_parquet_rows, wait_until
+from tests.pgserver import create_database, require_password
+from tests.test_server import Server, cli, running_server
+
+pytestmark = pytest.mark.spark
+
+SECRETS = {
+    "inline": "inl1ne-S3cret-4711",
+    "stored": "st0red-S3cret-4711",
+    "env": "env-S3cret-4711",
+    "wrong": "wr0ng-S3cret-4711",
+    "setting": "s3a-S3cret-4711",
+}
+ROLES = {"cq_inline": SECRETS["inline"], "cq_stored": SECRETS["stored"], "cq_env": SECRETS["env"]}
+PRIVATE = ("secrets.json", "catalog.duckdb")  # and catalog.duckdb.wal
+ROWS = 200  # datagen rows into the sinks
+AUTH_FAILED = "password authentication failed for user"
+S3_SECRET = "SET 'spark.hadoop.fs.s3a.secret.key' = '{}'".format(SECRETS["setting"])
+
+
+class Outputs:
+    """Every text the run showed or wrote, by channel, to search for the secret values."""
+
+    def __init__(self):
+        self.texts: list[tuple[str, str]] = []
+
+    def add(self, channel: str, text) -> None:
+        self.texts.append((channel, text if isinstance(text, str) else json.dumps(text)))
+
+    def process(self, channel: str, r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+        self.add(f"{channel}: stdout", r.stdout)
+        self.add(f"{channel}: stderr", r.stderr)
+        return r
+
+    def home(self, home: Path) -> None:
+        for path in sorted(p for p in home.rglob("*") if p.is_file()):
+            name = f"$HOME/{path.relative_to(home)}"
+            if not path.name.startswith(PRIVATE):
+                self.add(f"file {name}", path.read_bytes().decode(errors="replace"))
+            if path.suffix == ".parquet":  # the values, in case compression hides them
+                self.add(f"rows of {name}", str(pq.read_table(path).to_pylist()))
+
+    def leaks(self) -> list[str]:
+        return [
+            f"the {kind} secret {value!r} leaked in {channel}"
+            for channel, text in self.texts
+            for kind, value in SECRETS.items()
+            if value in text
+        ]
+
+
+@pytest.fixture
+def pg(pg_logical):
+    """(server, database) on the private server, with a role per password of ROLES that must
+    log in with it, and a table `src` of 30 rows."""
+    name = f"cq_{uuid.uuid4().hex[:8]}"
+    info = create_database(pg_logical.conninfo(), name)
+    roles = ", ".join(ROLES)
+    with psycopg.connect(info, autocommit=True) as c:
+        for role, password in ROLES.items():
+            c.execute(f"DROP ROLE IF EXISTS {role}")
+            c.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        c.execute(f"GRANT ALL ON SCHEMA public TO {roles}")
+        # the sinks share one progress table, which the first of them creates
+        c.execute(f"GRANT pg_read_all_data, pg_write_all_data TO {roles}")
+        c.execute("CREATE TABLE src AS SELECT i AS id, 'v' || i AS v FROM generate_series(1, 30) i")
+    require_password(pg_logical, *ROLES)
+    yield pg_logical, name
+    with psycopg.connect(pg_logical.conninfo(), autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for role in ROLES:
+            c.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+@dataclass
+class Run:
+    """One home driven through every command, with what it showed in `seen`."""
+
+    home: Path
+    seen: Outputs
+    server: Any  # the PostgreSQL server
+    database: str
+
+    def cli(self, channel: str, *args: str) -> subprocess.CompletedProcess:
+        # COLUMNS: rich folds a table's cells to the width, which would split a leaked value
+        return self.seen.process(channel, cli(self.home, *args, COLUMNS="100000"))
+
+    def login(self, role: str) -> dict[str, Any]:
+        """The options of a postgres connector logging in as `role`, its password apart."""
+        s = self.server
+        return {"host": s.host, "port": s.port, "user": role, "database": self.database}
+
+    def conn(self, role: str) -> str:
+        return ", ".join(f"{k} = {value_sql(v)}" for k, v in self.login(role).items())
+
+    def rows_in(self, table: str) -> int:
+        with psycopg.connect(self.server.conninfo(self.database), autocommit=True) as c:
+            return c.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+    def wrong_create(self) -> str:
+        """A CREATE whose password is wrong: it fails, naming the role."""
+        return (
+            f"CREATE SINK CONNECTOR wrong TO postgres FROM nums WITH ({self.conn('cq_stored')},"
+            f" password = '{SECRETS['wrong']}', table = 'w')"
+        )
+
+
+def inspect(*connectors: str) -> str:
+    """Statements that show the connectors every way there is."""
+    describe = "".join(f"DESCRIBE CONNECTOR {n}; " for n in connectors)
+    tables = "; ".join(f"SELECT * FROM {t}" for t in PUBLIC_TABLES)
+    return f"SHOW CONNECTORS; SHOW SECRETS; SHOW STREAMS; {describe}{tables};"
+
+
+def pipeline(run: Run, password_file: Path) -> str:
+    """What `connectql run` runs: datagen -> stream nums -> two postgres sinks (password as
+    SECRET, inline), a postgres source with its password from the environment, EXPLAIN with
+    each kind of password, then everything SHOW, DESCRIBE and SELECT show."""
+    return f"""
+    {S3_SECRET};
+    CREATE SECRET pw AS '{SECRETS["stored"]}';
+    CREATE SOURCE CONNECTOR gen FROM datagen INTO nums WITH ('rows.total' = {ROWS}, run = 'once',
+      seed = 7, fields = 'id BIGINT SEQUENCE, qty INT RANDOM(1, 9)');
+    CREATE SINK CONNECTOR stored TO postgres FROM nums WITH ({run.conn("cq_stored")},
+      password = SECRET pw, table = 'stored', run = 'once');
+    CREATE SINK CONNECTOR inline TO postgres FROM nums WITH ({run.conn("cq_inline")},
+      password = '{SECRETS["inline"]}', table = 'inline', run = 'once', 'errors.retry.max' = 0);
+    CREATE SOURCE CONNECTOR fromenv FROM postgres INTO pgrows WITH ({run.conn("cq_env")},
+      password = ${{env:CQL_TEST_PW}}, table = 'src', mode = 'bulk', run = 'once');
+    EXPLAIN CREATE SINK CONNECTOR x TO postgres FROM nums WITH ({run.conn("cq_stored")},
+      password = SECRET pw, table = 'x');
+    EXPLAIN CREATE SINK CONNECTOR y TO postgres FROM nums WITH ({run.conn("cq_inline")},
+      password = '{SECRETS["inline"]}', table = 'y');
+    EXPLAIN CREATE SOURCE CONNECTOR z FROM postgres INTO z WITH ({run.conn("cq_env")},
+      password = '${{file:{password_file}}}', table = 'src', mode = 'bulk');
+    {inspect("gen", "stored", "inline", "fromenv")}
+    """
+
+
+class Api:
+    """The API of a running server (tests/test_server.py); every response body goes to `seen`."""
+
+    def __init__(self, server: Server, seen: Outputs):
+        self.server, self.seen = server, seen
+
+    def __call__(self, method: str, path: str, body=None, status: int = 200) -> Any:
+        got, payload = self.server.call(method, path, body)
+        self.seen.add(f"HTTP {method} {path} ({got})", payload)
+        assert got == status, (method, path, got, payload)
+        return payload
+
+    def sql(self, statements: str, status: int = 200) -> dict:
+        return self("POST", "/sql", {"sql": statements}, status)
+
+    def state(self, name: str) -> dict:
+        return self("GET", f"/connectors/{name}/status")["connector"]
+
+    def read_everything(self) -> None:
+        for path in ("/health", "/connectors?expand=status,info", "/metrics", "/streams"):
+            self("GET", path)
+        for name in self("GET", "/connectors"):
+            for part in ("", "/config", "/status", "/offsets"):
+                self("GET", f"/connectors/{name}{part}")
+
+
+def through_the_api(run: Run, api: Api) -> None:
+    """Connectors failing at run time and at CREATE, Kafka Connect's way in, validation, SQL
+    with secrets in it, typos; then every GET there is."""
+    api.read_everything()
+    api.sql("RESET CONNECTOR inline OFFSETS; RESTART CONNECTOR inline")
+    wait_until(lambda: api.state("inline")["state"] == "FAILED", 120, what="inline FAILED")
+    assert f"{AUTH_FAILED} 'cq_inline'" in api.state("inline")["trace"]
+    config = {
+        "connector.class": "PostgresSinkConnector",
+        "topics": "nums",
+        **run.login("cq_stored"),
+        "password": SECRETS["stored"],
+        "table": "kc",
+        "run": "once",
+    }
+    api("POST", "/connectors", {"name": "kc", "config": config}, 201)
+    bad = {**config, "password": SECRETS["wrong"]}
+    assert AUTH_FAILED in api("POST", "/connectors", {"name": "x", "config": bad}, 400)["message"]
+    validate = "/connector-plugins/postgres-sink/config/validate"
+    assert api("PUT", validate, {**bad, "port": "x"})["error_count"] == 1
+    api.sql(
+        f"{S3_SECRET}; CREATE SECRET IF NOT EXISTS pw AS '{SECRETS['stored']}';"
+        f" EXPLAIN {run.wrong_create()}; {inspect('stored', 'inline', 'fromenv', 'kc')}"
+    )
+    assert AUTH_FAILED in api.sql(run.wrong_create(), 400)["message"]
+    for typo in (
+        f"CREATE SECRET pw2 '{SECRETS['stored']}'",
+        f"CREATE SINK CONNECTOR t TO postgres FROM nums WITH (password '{SECRETS['inline']}')",
+    ):
+        assert "unexpected string '****'" in api.sql(typo, 400)["message"]
+    wait_until(lambda: api.state("kc")["state"] == "FINISHED", 120, what="kc FINISHED")
+    api.read_everything()
+
+
+def test_no_secret_value_reaches_any_output(tmp_path, pg, monkeypatch):
+    monkeypatch.setenv("CQL_TEST_PW", SECRETS["env"])  # for every process started here
+    run = Run(tmp_path / "home", Outputs(), *pg)
+    password_file = tmp_path / "password"
+    password_file.write_text(SECRETS["env"])
+
+    # 1. a script in an embedded worker: each kind of password logs in (the rows arrive)
+    script = tmp_path / "pipeline.sql"
+    script.write_text(pipeline(run, password_file))
+    r = run.cli("connectql run", "run", str(script))
+    assert r.returncode == 0, r.stderr
+    assert "****" in r.stdout and "SECRET pw" in r.stdout
+    assert run.rows_in("stored") == run.rows_in("inline") == ROWS
+    assert read_parquet_rows(run.home / "streams/pgrows")[0][0] == 30
+
+    # 2. embedded statements, the last a CREATE with a wrong password
+    r = run.cli("connectql sql", "sql", inspect("gen", "stored", "inline"), run.wrong_create())
+    assert r.returncode == 1 and f"{AUTH_FAILED} 'cq_stored'" in " ".join(r.stderr.split())
+
+    # 3. the server, after the inline password stopped working (`inline` fails when run)
+    with psycopg.connect(run.server.conninfo(run.database), autocommit=True) as c:
+        c.execute("ALTER ROLE cq_inline PASSWORD 'rotated'")
+    logs = tmp_path / "logs"
+    with running_server(run.home, logs) as server:
+        through_the_api(run, Api(server, run.seen))
+        # 4. the commands a user types, talking to the server
+        run.cli("connectql status", "status")
+        run.cli("connectql status inline", "status", "inline")
+        for statements in (
+            "SHOW CONNECTORS; DESCRIBE CONNECTOR inline; SELECT * FROM connectors;"
+            " SELECT * FROM connector_events",
+            f"EXPLAIN {run.wrong_create()}; {inspect('stored', 'inline', 'fromenv', 'kc')}",
+        ):
+            r = run.cli(f"connectql sql {statements[:40]}...", "sql", statements)
+            assert r.returncode == 0, r.stderr
+        r = run.cli("connectql sql (a typo)", "sql", f"CREATE SECRET pw3 AS {SECRETS['stored']}")
+        assert r.returncode == 1 and "unexpected '****'" in r.stderr
+    assert run.rows_in("kc") == ROWS
+    for stream in ("out", "err"):
+        run.seen.add(f"connectql server: std{stream}", (logs / f"server.{stream}").read_text())
+
+    run.seen.home(run.home)
+    channels = {c for c, _ in run.seen.texts}
+    assert {"file $HOME/worker.log", "file $HOME/spark.log"} <= channels
+    assert any(c.startswith("file $HOME/checkpoints/inline/") for c in channels)
+    leaks = run.seen.leaks()
+    assert not leaks, "\n".join(leaks)

@@ -80,6 +80,15 @@ def test_a_statement_is_echoed_with_the_secret_values_written_into_it_masked():
     ]
 
 
+def test_only_the_owner_may_read_the_catalog_file(tmp_path):
+    path = tmp_path / "c.duckdb"
+    Catalog(path).close()
+    assert path.stat().st_mode & 0o777 == 0o600
+    path.chmod(0o644)  # a home from before, or copied
+    Catalog(path).close()
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
 def test_user_select_cannot_read_private_tables(cat):
     cat.add_connector(ConnectorEntry("c1", "source", "datagen", "s", {"password": "hunter2"}))
     for sql in [

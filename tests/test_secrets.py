@@ -40,7 +40,7 @@ SECRETS = {
     "setting": "s3a-S3cret-4711",
 }
 ROLES = {"cq_inline": SECRETS["inline"], "cq_stored": SECRETS["stored"], "cq_env": SECRETS["env"]}
-PRIVATE = ("secrets.json", "catalog.duckdb")  # and catalog.duckdb.wal
+PRIVATE = ("secrets.json", "catalog.duckdb")  # (and its .wal): where secrets are kept
 ROWS = 200  # datagen rows into the sinks
 AUTH_FAILED = "password authentication failed for user"
 S3_SECRET = "SET 'spark.hadoop.fs.s3a.secret.key' = '{}'".format(SECRETS["setting"])
@@ -272,3 +272,6 @@ def test_no_secret_value_reaches_any_output(tmp_path, pg, monkeypatch):
     assert any(c.startswith("file $HOME/checkpoints/inline/") for c in channels)
     leaks = run.seen.leaks()
     assert not leaks, "\n".join(leaks)
+    for kept in (".", *PRIVATE):  # where secrets are kept, only their owner may look
+        mode = (run.home / kept).stat().st_mode & 0o777
+        assert mode & 0o077 == 0, f"$HOME/{kept} has mode {mode:o}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -78,6 +79,7 @@ class Catalog:
             self.con = duckdb.connect(self.path)
         except duckdb.IOException as e:
             raise CatalogError(f"cannot open the catalog {self.path}: {e}") from None
+        os.chmod(self.path, 0o600)  # connector_config holds inline secrets as given
         self.lock = threading.RLock()
         with self.lock:
             schema.migrate(self.con)

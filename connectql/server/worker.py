@@ -69,7 +69,8 @@ def schema_diff(old_json: str, new) -> str:
 class Worker:
     def __init__(self, home: str | Path | None = None):
         self.home = home_of(home)
-        self.home.mkdir(parents=True, exist_ok=True)
+        # private, like the secrets in its catalog (inline passwords) and logs
+        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.home_lock = HomeLock(self.home)
         _log_to(self.home / "worker.log")
         try:

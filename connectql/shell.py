@@ -17,9 +17,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from connectql.catalog.redact import written_secrets
 from connectql.catalog.schema import PUBLIC_TABLES
 from connectql.errors import ConnectQLError
-from connectql.grammar.parser import keywords, next_terminals, one_line, unfinished
+from connectql.grammar.parser import (
+    keywords,
+    next_terminals,
+    one_line,
+    parse_script,
+    unfinished,
+)
 from connectql.server.client import Embedded
 from connectql.server.home import home_of
 from connectql.server.results import Result, render
@@ -93,7 +100,7 @@ def execute(backend, out: Console, errors: Console, text: str) -> bool:
     except KeyboardInterrupt:
         return _error(errors, "interrupted")
     except Exception as e:  # a bug should not end the session: say it, log the traceback
-        log.exception("statement failed: %s", text)
+        log.exception("statement failed: %s", recordable(text) or "(not shown: may hold a secret)")
         return _error(errors, f"{type(e).__name__}: {e}")
     return True
 
@@ -158,14 +165,28 @@ def _setup_readline(completer, history: Path) -> None:
         pass
 
 
+def recordable(text: str) -> str | None:
+    """`text` on one line for the history file or a log, or None when it may hold a secret
+    value: a statement that writes one (CREATE SECRET, an inline password, SET of a secret
+    key), or text that does not parse (a typo may be in one)."""
+    try:
+        statements = parse_script(text)
+    except ConnectQLError:
+        return None
+    return None if any(written_secrets(s) for s in statements) else one_line(text)
+
+
 def _remember(text: str, history: Path) -> None:
-    """`text` as the newest history entry, on one line, appended to the file at once."""
+    """`text` as the newest history entry, on one line, appended to the file at once; one that
+    may hold a secret is recalled in this session only."""
     import readline
 
     entry = one_line(text)
     if not entry:
         return
     readline.add_history(entry)
+    if recordable(text) is None:
+        return
     try:
         history.parent.mkdir(parents=True, exist_ok=True)
         history.touch()

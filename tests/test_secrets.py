@@ -2,11 +2,12 @@
 distinctive secrets given inline, as `SECRET name`, as `${env:NAME}` / `${file:PATH}`, as a
 wrong password, as a `SET` of a secret Spark key and inside statements with syntax errors; then
 every output channel is searched for them: each process's stdout and stderr (`connectql run`,
-embedded `connectql sql`, `connectql server` and the commands that talk to it), every HTTP
-response body, SHOW / DESCRIBE / EXPLAIN and the public catalog tables, the error messages of
-failed CREATEs and of a connector that fails at run time, and every file in the home (logs,
-checkpoints, streams, the server's address) but the two that hold secrets by design:
-secrets.json and catalog.duckdb (whose public tables are read through SELECT).
+embedded `connectql sql`, `connectql server` and the commands that talk to it), what `connectql
+shell` shows on its terminal, every HTTP response body, SHOW / DESCRIBE / EXPLAIN and the public
+catalog tables, the error messages of failed CREATEs and of a connector that fails at run time,
+the shell's history files, and every file in the home (logs, checkpoints, streams, the server's
+address) but the two that hold secrets by design: secrets.json and catalog.duckdb (whose public
+tables are read through SELECT; both must be readable by their owner only).
 
 The connectors really log in with those passwords: PostgreSQL roles on the private server that
 must give them (the shared server trusts every local connection, so a wrong one would pass)."""
@@ -29,6 +30,7 @@ from connectql.grammar.printer import value_sql
 from tests.helpers import read_parquet_rows, wait_until
 from tests.pgserver import create_database, require_password
 from tests.test_server import Server, cli, running_server
+from tests.test_shell import Shell
 
 pytestmark = pytest.mark.spark
 
@@ -225,6 +227,22 @@ def through_the_api(run: Run, api: Api) -> None:
     api.read_everything()
 
 
+def in_the_shell(run: Run, where: str) -> None:
+    """Statements with secrets typed into `connectql shell` (on a terminal, so it keeps a
+    history file), one a typo; what the terminal shows besides their echo goes to `seen`."""
+    shell = Shell(run.home)
+    for line in (
+        f"CREATE SECRET IF NOT EXISTS pw AS '{SECRETS['stored']}';",
+        f"{S3_SECRET};",
+        f"ALTER CONNECTOR inline SET (password = '{SECRETS['inline']}');",
+        f"CREATE SECRET typo '{SECRETS['wrong']}';",
+        "DESCRIBE CONNECTOR inline;",
+    ):
+        shown = shell.run(line).replace(line, "", 1)
+        run.seen.add(f"connectql shell ({where}) after {line[:30]}...", shown)
+    assert shell.leave() == 0
+
+
 def test_no_secret_value_reaches_any_output(tmp_path, pg, monkeypatch):
     monkeypatch.setenv("CQL_TEST_PW", SECRETS["env"])  # for every process started here
     run = Run(tmp_path / "home", Outputs(), *pg)
@@ -243,6 +261,7 @@ def test_no_secret_value_reaches_any_output(tmp_path, pg, monkeypatch):
     # 2. embedded statements, the last a CREATE with a wrong password
     r = run.cli("connectql sql", "sql", inspect("gen", "stored", "inline"), run.wrong_create())
     assert r.returncode == 1 and f"{AUTH_FAILED} 'cq_stored'" in " ".join(r.stderr.split())
+    in_the_shell(run, "embedded")
 
     # 3. the server, after the inline password stopped working (`inline` fails when run)
     with psycopg.connect(run.server.conninfo(run.database), autocommit=True) as c:
@@ -262,13 +281,16 @@ def test_no_secret_value_reaches_any_output(tmp_path, pg, monkeypatch):
             assert r.returncode == 0, r.stderr
         r = run.cli("connectql sql (a typo)", "sql", f"CREATE SECRET pw3 AS {SECRETS['stored']}")
         assert r.returncode == 1 and "unexpected '****'" in r.stderr
+        in_the_shell(run, "through the server")
     assert run.rows_in("kc") == ROWS
     for stream in ("out", "err"):
         run.seen.add(f"connectql server: std{stream}", (logs / f"server.{stream}").read_text())
 
-    run.seen.home(run.home)
+    run.seen.home(run.home)  # with the embedded shell's history
+    remote_history = tmp_path / ".connectql_history"  # the shell's $HOME is tmp_path
+    run.seen.add("file ~/.connectql_history", remote_history.read_text())
     channels = {c for c, _ in run.seen.texts}
-    assert {"file $HOME/worker.log", "file $HOME/spark.log"} <= channels
+    assert {"file $HOME/worker.log", "file $HOME/spark.log", "file $HOME/shell_history"} <= channels
     assert any(c.startswith("file $HOME/checkpoints/inline/") for c in channels)
     leaks = run.seen.leaks()
     assert not leaks, "\n".join(leaks)

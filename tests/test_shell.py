@@ -12,6 +12,7 @@ import pexpect
 import pytest
 
 from connectql.grammar.parser import unfinished
+from connectql.shell import recordable
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT, MORE = "connectql> ", "..> "
@@ -142,6 +143,24 @@ def test_history_is_recalled_with_the_up_arrow_in_a_new_session(home):
     shell.type(UP, "CREATE STREAM hist;")
     assert "error: line 1: stream 'hist' already exists" in shell.type("\r")
     assert shell.leave() == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("CREATE STREAM s;", "CREATE STREAM s;"),
+        (
+            "ALTER CONNECTOR c SET (password = SECRET pw);",
+            "ALTER CONNECTOR c SET (password = SECRET pw);",
+        ),
+        ("CREATE SECRET pw AS 'hunter2';", None),
+        ("ALTER CONNECTOR c SET (password = 'hunter2');", None),
+        ("SET 'fs.s3a.secret.key' = 'hunter2';", None),
+        ("CREATE SECRET pw 'hunter2';", None),  # a typo: what it holds is unknown
+    ],
+)
+def test_what_may_hold_a_secret_stays_out_of_the_history_file(text, kept):
+    assert recordable(text) == kept
 
 
 def test_statements_piped_in_run_without_a_prompt(home):

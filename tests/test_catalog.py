@@ -52,6 +52,9 @@ def test_options_are_stored_as_given_but_shown_redacted(cat):
         "host": "db",
         "token": SecretRef("tok"),
         "user": "${env:DB_USER}",
+        "db.password": "${env:PW}",
+        "x.password": "${not-a-reference",
+        "y.password": "${env:PW}-and-more",
     }
     cat.add_connector(ConnectorEntry("c1", "source", "datagen", "s", opts))
     assert cat.get_connector("c1").options == opts
@@ -62,6 +65,9 @@ def test_options_are_stored_as_given_but_shown_redacted(cat):
         "host": "db",
         "token": "SECRET tok",
         "user": "${env:DB_USER}",
+        "db.password": "${env:PW}",
+        "x.password": "****",
+        "y.password": "****",
     }
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from connectql.connectors.options import is_secret_key
 from connectql.grammar import ast
+from connectql.planner.resolve import is_reference
 
 MASK = "****"
 
@@ -13,8 +14,8 @@ MASK = "****"
 def redact_value(key: str, value: Any) -> Any:
     if isinstance(value, ast.SecretRef):
         return f"SECRET {value.name}"
-    if isinstance(value, str) and value.startswith("${"):
-        return value  # a reference (${env:X}, ${file:P}), not the secret itself
+    if is_reference(value):
+        return value  # ${env:X} or ${file:P}, not the secret itself ('${x' may be a password)
     return MASK if is_secret_key(key) else value
 
 

@@ -13,6 +13,11 @@ from connectql.grammar.ast import SecretRef
 _REF = re.compile(r"\$\{(env|file):([^}]+)\}")
 
 
+def is_reference(value: Any) -> bool:
+    """Whether `value` is one ${env:NAME} or ${file:PATH} reference and nothing else."""
+    return isinstance(value, str) and _REF.fullmatch(value) is not None
+
+
 def resolve_value(key: str, value: Any, secrets) -> Any:
     if isinstance(value, SecretRef):
         return secrets.get(value.name)

@@ -72,14 +72,11 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, body)
 
     def _dispatch(self):
+        body = self._body()  # first: an unread body would be parsed as the next request
         if self.server.token and not self._authorized():
             raise ApiError(401, "this server wants a token: send Authorization: Bearer <token>")
         url = urlsplit(self.path)
         handler, params = match(self.command, url.path.rstrip("/") or "/")
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            raise ApiError(413, f"the body is {length} bytes; at most {MAX_BODY}")
-        body = self.rfile.read(length) if length > 0 else b""
         req = Request(
             self.command,
             url.path,
@@ -89,6 +86,22 @@ class Handler(BaseHTTPRequestHandler):
             self.headers.get("Content-Type", ""),
         )
         return getattr(self.server.routes, handler)(req)
+
+    def _body(self) -> bytes:
+        """The whole body, as Content-Length says. When it cannot be read, the connection is
+        closed after the error: what is left of the body must not become the next request."""
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            raise ApiError(411, "send the body with a Content-Length; chunked bodies are not read")
+        given = self.headers.get("Content-Length") or "0"
+        if not re.fullmatch(r"[0-9]+", given):
+            self.close_connection = True
+            raise ApiError(400, f"Content-Length {given!r} is not a number of bytes")
+        length = int(given)
+        if length > MAX_BODY:
+            self.close_connection = True
+            raise ApiError(413, f"the body is {length} bytes; at most {MAX_BODY}")
+        return self.rfile.read(length) if length > 0 else b""
 
     def _authorized(self) -> bool:
         given = self.headers.get("Authorization", "")
@@ -103,6 +116,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

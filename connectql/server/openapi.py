@@ -129,6 +129,7 @@ def _operation(method: str, path: str, handler: str) -> dict:
         ("404", "no such connector"),
         ("405", "method not allowed"),
         ("409", "conflict with the connector's state"),
+        ("411", "the body came without a Content-Length (chunked bodies are not read)"),
         ("413", "body too large"),
     ):
         responses[code] = {"description": why, "content": {"application/json": {"schema": _ERROR}}}

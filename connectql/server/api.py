@@ -38,16 +38,22 @@ def is_loopback(host: str) -> bool:
 
 
 def match(method: str, path: str) -> tuple[str, dict[str, str]]:
-    """The handler's name and path parameters; ApiError 404 (no such path) or 405 (method)."""
+    """The handler's name and path parameters; ApiError 404 (no such path) or 405 (method, with
+    the Allow header). HEAD is answered as GET, without the body."""
+    wanted = "GET" if method == "HEAD" else method
     allowed = []
     for m, pattern, handler in _COMPILED:
         found = pattern.match(path)
         if found:
-            if m == method:
+            if m == wanted:
                 return handler, {k: unquote(v) for k, v in found.groupdict().items()}
             allowed.append(m)
     if allowed:
-        raise ApiError(405, f"{method} is not allowed on {path}; use {', '.join(allowed)}")
+        raise ApiError(
+            405,
+            f"{method} is not allowed on {path}; use {', '.join(allowed)}",
+            headers={"Allow": ", ".join(allowed)},
+        )
     raise ApiError(404, f"no such endpoint: {path} (see /openapi.json)")
 
 
@@ -56,11 +62,20 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "connectql"
     server: ApiServer
 
+    def __getattr__(self, name: str):
+        # Every method is routed, so one a path does not take gets a JSON 405 naming those it
+        # does, not BaseHTTPRequestHandler's HTML 501 for a method without a do_ handler.
+        if name.startswith("do_"):
+            return self._handle
+        raise AttributeError(name)
+
     def _handle(self) -> None:
+        headers: dict[str, str] = {}
         try:
             status, body = self._dispatch()
         except ApiError as e:
             status, body = e.status, {"error_code": e.status, "message": str(e), **e.extra}
+            headers = e.headers
         except ConnectQLError as e:
             status, body = error_status(e), {"error_code": error_status(e), "message": str(e)}
         except Exception as e:  # a bug: say so without a traceback, keep serving
@@ -69,7 +84,7 @@ class Handler(BaseHTTPRequestHandler):
                 500,
                 {"error_code": 500, "message": f"internal error: {type(e).__name__}"},
             )
-        self._send(status, body)
+        self._send(status, body, headers)
 
     def _dispatch(self):
         body = self._body()  # first: an unread body would be parsed as the next request
@@ -108,7 +123,7 @@ class Handler(BaseHTTPRequestHandler):
         expected = f"Bearer {self.server.token}"
         return hmac.compare_digest(given.encode(), expected.encode())
 
-    def _send(self, status: int, body) -> None:
+    def _send(self, status: int, body, headers: dict[str, str]) -> None:
         if isinstance(body, str):
             data, kind = body.encode(), "text/plain; version=0.0.4; charset=utf-8"
         else:
@@ -116,13 +131,13 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle  # noqa: N815
 
     def log_message(self, format, *args):  # noqa: A002 (BaseHTTPRequestHandler's name)
         log.debug("%s %s", self.address_string(), format % args)

@@ -15,9 +15,12 @@ from connectql.server import kafkaconnect, metrics
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, **extra: Any):
+    """An error answer: its status, its message and `extra` fields in the JSON body, and
+    `headers` to send with it."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, **extra):
         super().__init__(message)
-        self.status, self.extra = status, extra
+        self.status, self.headers, self.extra = status, headers or {}, extra
 
 
 @dataclass

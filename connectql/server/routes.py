@@ -176,6 +176,8 @@ class Routes:
     def sql(self, req: Request):
         """A script: each statement's result; the first failure stops it (400, with the results
         of the statements before it)."""
+        if not req.body:
+            raise ApiError(400, 'the body is empty: send SQL text or {"sql": "..."}')
         body = req.json() if req.content_type.startswith("application/json") else req.text()
         text = body.get("sql") if isinstance(body, dict) else body
         if not isinstance(text, str):

@@ -37,6 +37,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def query(text: str) -> dict[str, str]:
+    """The query's parameters; a repeated one's values joined with commas, so that
+    ?expand=status&expand=info (Kafka Connect's form) reads as ?expand=status,info."""
+    out: dict[str, str] = {}
+    for key, value in parse_qsl(text):
+        out[key] = f"{out[key]},{value}" if key in out else value
+    return out
+
+
 def match(method: str, path: str) -> tuple[str, dict[str, str]]:
     """The handler's name and path parameters; ApiError 404 (no such path) or 405 (method, with
     the Allow header). HEAD is answered as GET, without the body."""
@@ -96,7 +105,7 @@ class Handler(BaseHTTPRequestHandler):
             self.command,
             url.path,
             params,
-            dict(parse_qsl(url.query)),
+            query(url.query),
             body,
             self.headers.get("Content-Type", ""),
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from connectql.server.routes import ROUTES
+from connectql.server.routes import EXPAND, ROUTES
 
 _ERROR = {
     "type": "object",
@@ -63,7 +63,16 @@ _OPERATIONS = {
         "Connector names; ?expand=status,info for each one's status and info",
         {
             "parameters": [
-                {"name": "expand", "in": "query", "required": False, "schema": {"type": "string"}}
+                {
+                    "name": "expand",
+                    "in": "query",
+                    "required": False,
+                    "description": "status and/or info: repeated, as Kafka Connect takes them"
+                    " (?expand=status&expand=info), or separated by commas",
+                    "style": "form",
+                    "explode": True,
+                    "schema": {"type": "array", "items": {"type": "string", "enum": EXPAND}},
+                }
             ]
         },
         "200",

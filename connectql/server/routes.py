@@ -45,6 +45,7 @@ class Request:
             raise ApiError(400, "the body is not UTF-8 text") from None
 
 
+EXPAND = ["status", "info"]  # what GET /connectors?expand= adds per connector
 STATUS_SQL = (
     "SELECT name, state, desired_state, rows_total, rows_written, rows_filtered,"
     " rows_dead_lettered, rows_per_sec, lag, last_batch_at, last_error FROM connectors"
@@ -84,7 +85,7 @@ class Routes:
         expand = {e for e in req.query.get("expand", "").split(",") if e}
         if not expand:
             return 200, sorted(e.name for e in entries)
-        unknown = expand - {"status", "info"}
+        unknown = expand - set(EXPAND)
         if unknown:
             raise ApiError(400, f"expand takes status and/or info, not {sorted(unknown)[0]!r}")
         rows = self.status_rows()

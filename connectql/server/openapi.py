@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from connectql.connectors import registry
 from connectql.server.routes import EXPAND, ROUTES
 
 _ERROR = {
@@ -23,12 +24,26 @@ _NAME = {
     "schema": {"type": "string"},
     "description": "the connector's name",
 }
+
+
+def plugin_names() -> list[str]:
+    """Each installed type as `type-kind`, and bare where it has one kind only: the names that
+    say which options to check (`file` alone could be a source or a sink)."""
+    names = []
+    for plugin in sorted(registry.plugins().values(), key=lambda p: p.type):
+        if plugin.installed:
+            names += [f"{plugin.type}-{kind}" for kind in plugin.kinds]
+            names += [plugin.type] if len(plugin.kinds) == 1 else []
+    return names
+
+
 _TYPE = {
     "name": "type",
     "in": "path",
     "required": True,
-    "schema": {"type": "string"},
-    "description": "a connector type (datagen, file, postgres, mysql), optionally -source/-sink",
+    "schema": {"type": "string", "enum": plugin_names()},
+    "description": "a connector type and kind; class names such as PostgresSinkConnector and"
+    " aliases (mariadb, postgresql) are taken too",
 }
 _SQL_BODY = {
     "required": True,

@@ -7,6 +7,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import math
 import re
 import socket
 import threading
@@ -64,6 +65,18 @@ def match(method: str, path: str) -> tuple[str, dict[str, str]]:
             headers={"Allow": ", ".join(allowed)},
         )
     raise ApiError(404, f"no such endpoint: {path} (see /openapi.json)")
+
+
+def finite(value):
+    """`value` with NaN and infinities as the text "NaN", "Infinity", "-Infinity": json.dumps
+    writes them bare, which is not JSON, and strict parsers (JSON.parse, jq) refuse the body."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -136,7 +149,7 @@ class Handler(BaseHTTPRequestHandler):
         if isinstance(body, str):
             data, kind = body.encode(), "text/plain; version=0.0.4; charset=utf-8"
         else:
-            data, kind = json.dumps(body, default=str).encode(), "application/json"
+            data, kind = json.dumps(finite(body), default=str).encode(), "application/json"
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))

@@ -184,10 +184,12 @@ class Routes:
         if not isinstance(text, str):
             raise ApiError(400, 'the body must be SQL text or {"sql": "..."}')
         source = body.get("source", "") if isinstance(body, dict) else ""
+        if not isinstance(source, str):
+            raise ApiError(400, "source must be a string: the script's file name, for messages")
         done = []
         with self.statements:
             try:
-                for stmt, result in self.worker.run_script(text, str(source or "")):
+                for stmt, result in self.worker.run_script(text, source):
                     done.append({"statement": stmt.text, "line": stmt.line, **result.to_json()})
             except ConnectQLError as e:
                 raise ApiError(error_status(e), str(e), results=done) from None

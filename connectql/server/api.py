@@ -42,7 +42,7 @@ def query(text: str) -> dict[str, str]:
     """The query's parameters; a repeated one's values joined with commas, so that
     ?expand=status&expand=info (Kafka Connect's form) reads as ?expand=status,info."""
     out: dict[str, str] = {}
-    for key, value in parse_qsl(text):
+    for key, value in parse_qsl(text, keep_blank_values=True):
         out[key] = f"{out[key]},{value}" if key in out else value
     return out
 

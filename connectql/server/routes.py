@@ -82,9 +82,9 @@ class Routes:
     # ------------------------------------------------------------------ /connectors
     def list_connectors(self, req: Request):
         entries = self.worker.catalog.connectors()
-        expand = {e for e in req.query.get("expand", "").split(",") if e}
-        if not expand:
+        if "expand" not in req.query:
             return 200, sorted(e.name for e in entries)
+        expand = set(req.query["expand"].split(","))
         unknown = expand - set(EXPAND)
         if unknown:
             raise ApiError(400, f"expand takes status and/or info, not {sorted(unknown)[0]!r}")

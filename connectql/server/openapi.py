@@ -48,26 +48,35 @@ _TYPE = {
 _SQL_BODY = {
     "required": True,
     "content": {
-        "text/plain": {"schema": {"type": "string"}},
+        "text/plain": {"schema": {"type": "string"}, "example": "SHOW CONNECTORS"},
         "application/json": {
             "schema": {
                 "type": "object",
                 "properties": {"sql": {"type": "string"}, "source": {"type": "string"}},
                 "required": ["sql"],
-            }
+            },
+            "example": {"sql": "SHOW CONNECTORS; SELECT count(*) FROM numbers"},
         },
     },
 }
 _CREATE_BODY = {
     "required": True,
     "content": {
-        "text/plain": {"schema": {"type": "string"}, "example": "CREATE SOURCE CONNECTOR ..."},
+        "text/plain": {
+            "schema": {"type": "string"},
+            "example": "CREATE SOURCE CONNECTOR gen FROM datagen INTO numbers"
+            " WITH ('rows.per.second' = 10)",
+        },
         "application/json": {
             "schema": {
                 "type": "object",
                 "properties": {"name": {"type": "string"}, "config": _CONFIG},
                 "required": ["name", "config"],
-            }
+            },
+            "example": {
+                "name": "out",
+                "config": {"connector.class": "file-sink", "topics": "numbers", "path": "out"},
+            },
         },
     },
 }
@@ -121,7 +130,14 @@ _OPERATIONS = {
     ),
     "validate_config": (
         "Check a config against a type's declared options",
-        {"requestBody": {"required": True, "content": {"application/json": {"schema": _CONFIG}}}},
+        {
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": _CONFIG, "example": {"rows.per.second": 10}}
+                },
+            }
+        },
         "200",
         _OBJECT,
     ),

@@ -7,11 +7,11 @@ requests a 4xx and valid ones no 400 (except where validity is beyond the schema
 The server is a real process on a temporary home holding one connector, EXISTING: a paused
 datagen source that makes only a few rows when resumed, so fuzzing costs little CPU. Half the
 generated connector names are replaced with it, so actions and reads hit a real connector; it
-is created again after a generated DELETE drops it. Generated bodies that name a connector type
-are left out, so fuzzing cannot create a connector: one could write to an arbitrary path (a
-file sink) or connect to an arbitrary host (random text almost never names one, but a
-shrinker's or the coverage phase's might). The server runs in the temporary directory, so a
-relative path lands there anyway.
+is created again after a generated DELETE drops it. Cases whose body names a connector type
+are left out (the description's examples among them), so fuzzing cannot create a connector: one
+could write to an arbitrary path (a file sink), connect to an arbitrary host or keep a query
+running; the last test checks that none was created. The server runs in the temporary
+directory, so a relative path would land there anyway.
 
 The operations are run by schemathesis's engine (what `st run` runs), one pytest test each,
 seeded and deterministic; /openapi.json itself is what the schema is loaded from.
@@ -89,7 +89,7 @@ def load_schema(url: str, method: str, path: str, handler: str):
         if dropped and response.status_code == 200:
             create_existing(url)
 
-    for hook in (flatmap_path_parameters, filter_body, after_call):
+    for hook in (flatmap_path_parameters, filter_case, before_add_examples, after_call):
         schema.hook(hook)
     return schema.include(method=method, path=path)
 
@@ -101,9 +101,19 @@ def flatmap_path_parameters(context, path_parameters):
     return st.sampled_from([path_parameters, {**path_parameters, "name": EXISTING}])
 
 
-def filter_body(context, body) -> bool:
-    """No body that names a connector type: fuzzing must not create a connector."""
-    text = json.dumps(body, default=str).lower()
+def filter_case(context, case) -> bool:
+    """The coverage and fuzzing phases' cases, without those that could create a connector."""
+    return creates_nothing(case)
+
+
+def before_add_examples(context, examples) -> None:
+    """The description's examples (one creates a datagen source), without those."""
+    examples[:] = [case for case in examples if creates_nothing(case)]
+
+
+def creates_nothing(case) -> bool:
+    """Whether the case's body names no connector type, so it cannot create a connector."""
+    text = json.dumps(case.body, default=str).lower()
     return not any(type_ in text for type_ in registry.plugins())
 
 

@@ -62,7 +62,7 @@ def config(handler: str) -> schemathesis.Config:
             "seed": 20260601,
             "generation": {
                 "mode": "all",
-                "max-examples": 40,
+                "max-examples": 50,
                 "deterministic": True,
                 "database": "none",
             },

@@ -860,6 +860,11 @@ def close(cq: Connectql | None, stop_servers: Callable[[], None], tmp: Path, kee
         except Exception as e:
             console.print(f"[red]closing the worker failed: {e}[/red]")
     stop_servers()
+    remove_tmp(tmp, keep)
+
+
+def remove_tmp(tmp: Path, keep: bool) -> None:
+    """A bench's temporary directory removed, or kept and named (--keep)."""
     if keep:
         console.print(f"kept {tmp}")
     else:

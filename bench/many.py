@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -64,6 +63,7 @@ import duckdb
 from rich.console import Console
 from rich.table import Table
 
+from bench.common import remove_tmp
 from connectql.catalog.streams import committed_files
 
 ROWS_PER_SECOND = 200
@@ -752,10 +752,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(memory_table([base, run]))
         console.print(summary_table(base, run))
     finally:
-        if args.keep:
-            console.print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        remove_tmp(tmp, args.keep)
     console.print(f"bench took {time.time() - started:.0f} s")
     return 0 if all(c.ok for c in run.connectors + base.connectors) else 1
 

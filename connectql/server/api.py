@@ -7,6 +7,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import math
 import re
 import socket
 import threading
@@ -37,30 +38,70 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def query(text: str) -> dict[str, str]:
+    """The query's parameters; a repeated one's values joined with commas, so that
+    ?expand=status&expand=info (Kafka Connect's form) reads as ?expand=status,info."""
+    out: dict[str, str] = {}
+    for key, value in parse_qsl(text, keep_blank_values=True):
+        out[key] = f"{out[key]},{value}" if key in out else value
+    return out
+
+
 def match(method: str, path: str) -> tuple[str, dict[str, str]]:
-    """The handler's name and path parameters; ApiError 404 (no such path) or 405 (method)."""
+    """The handler's name and path parameters; ApiError 404 (no such path) or 405 (method, with
+    the Allow header). HEAD is answered as GET, without the body."""
+    wanted = "GET" if method == "HEAD" else method
     allowed = []
     for m, pattern, handler in _COMPILED:
         found = pattern.match(path)
         if found:
-            if m == method:
+            if m == wanted:
                 return handler, {k: unquote(v) for k, v in found.groupdict().items()}
             allowed.append(m)
     if allowed:
-        raise ApiError(405, f"{method} is not allowed on {path}; use {', '.join(allowed)}")
+        raise ApiError(
+            405,
+            f"{method} is not allowed on {path}; use {', '.join(allowed)}",
+            headers={"Allow": ", ".join(allowed)},
+        )
     raise ApiError(404, f"no such endpoint: {path} (see /openapi.json)")
+
+
+def finite(value):
+    """`value` with NaN and infinities as the text "NaN", "Infinity", "-Infinity": json.dumps
+    writes them bare, which is not JSON, and strict parsers (JSON.parse, jq) refuse the body."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "connectql"
     server: ApiServer
+    # An answer leaves in one write (buffered; flushed after each request), at once (no Nagle):
+    # unbuffered, the body waited for the client's delayed ACK of the headers, ~40 ms a request.
+    wbufsize = -1
+    disable_nagle_algorithm = True
+
+    def __getattr__(self, name: str):
+        # Every method is routed, so one a path does not take gets a JSON 405 naming those it
+        # does, not BaseHTTPRequestHandler's HTML 501 for a method without a do_ handler.
+        if name.startswith("do_"):
+            return self._handle
+        raise AttributeError(name)
 
     def _handle(self) -> None:
+        headers: dict[str, str] = {}
         try:
             status, body = self._dispatch()
         except ApiError as e:
             status, body = e.status, {"error_code": e.status, "message": str(e), **e.extra}
+            headers = e.headers
         except ConnectQLError as e:
             status, body = error_status(e), {"error_code": error_status(e), "message": str(e)}
         except Exception as e:  # a bug: say so without a traceback, keep serving
@@ -69,10 +110,10 @@ class Handler(BaseHTTPRequestHandler):
                 500,
                 {"error_code": 500, "message": f"internal error: {type(e).__name__}"},
             )
-        self._send(status, body)
+        self._send(status, body, headers)
 
     def _dispatch(self):
-        body = self._body()  # first: a refused request's body must not be read as the next one
+        body = self._body()  # first: an unread body would be parsed as the next request
         if self.server.token and not self._authorized():
             raise ApiError(401, "this server wants a token: send Authorization: Bearer <token>")
         url = urlsplit(self.path)
@@ -81,47 +122,48 @@ class Handler(BaseHTTPRequestHandler):
             self.command,
             url.path,
             params,
-            dict(parse_qsl(url.query)),
+            query(url.query),
             body,
             self.headers.get("Content-Type", ""),
         )
         return getattr(self.server.routes, handler)(req)
 
     def _body(self) -> bytes:
-        """The request's body; a body that is not read ends the connection after the answer."""
-        given = self.headers.get("Content-Length")
-        if given is None and self.headers.get("Transfer-Encoding"):
+        """The whole body, as Content-Length says. When it cannot be read, the connection is
+        closed after the error: what is left of the body must not become the next request."""
+        if self.headers.get("Transfer-Encoding"):
             self.close_connection = True
-            raise ApiError(411, "send the body with a Content-Length")
-        if not (given or "0").strip().isdigit():
+            raise ApiError(411, "send the body with a Content-Length; chunked bodies are not read")
+        given = self.headers.get("Content-Length") or "0"
+        if not re.fullmatch(r"[0-9]+", given):
             self.close_connection = True
             raise ApiError(400, f"Content-Length {given!r} is not a number of bytes")
-        length = int(given or 0)
+        length = int(given)
         if length > MAX_BODY:
             self.close_connection = True
             raise ApiError(413, f"the body is {length} bytes; at most {MAX_BODY}")
-        return self.rfile.read(length)
+        return self.rfile.read(length) if length > 0 else b""
 
     def _authorized(self) -> bool:
         given = self.headers.get("Authorization", "")
         expected = f"Bearer {self.server.token}"
         return hmac.compare_digest(given.encode(), expected.encode())
 
-    def _send(self, status: int, body) -> None:
+    def _send(self, status: int, body, headers: dict[str, str]) -> None:
         if isinstance(body, str):
             data, kind = body.encode(), "text/plain; version=0.0.4; charset=utf-8"
         else:
-            data, kind = json.dumps(body, default=str).encode(), "application/json"
+            data, kind = json.dumps(finite(body), default=str).encode(), "application/json"
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle  # noqa: N815
 
     def log_message(self, format, *args):  # noqa: A002 (BaseHTTPRequestHandler's name)
         log.debug("%s %s", self.address_string(), format % args)

@@ -28,9 +28,7 @@ def statement(body: Any) -> ast.CreateSourceConnector | ast.CreateSinkConnector:
     config.pop("name", None)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValidationError(f"connector name {name!r} must be a word: letters, digits and _")
-    bad = [k for k, v in config.items() if not isinstance(v, (str, int, float, bool))]
-    if bad:
-        raise ValidationError(f"config value of '{bad[0]}' must be a string, number or boolean")
+    check_values(config)
     type_, kind = plugin_class(config, "topics" in config)
     if kind == "source":
         return ast.CreateSourceConnector(name, type_, None, config)
@@ -40,6 +38,13 @@ def statement(body: Any) -> ast.CreateSourceConnector | ast.CreateSinkConnector:
             raise ValidationError(f"a sink reads one stream; topics = '{topics}' names several")
         config["stream"] = str(topics)
     return ast.CreateSinkConnector(name, type_, None, config)
+
+
+def check_values(config: dict[str, Any]) -> None:
+    """ValidationError unless every value is a string, number or boolean."""
+    bad = [k for k, v in config.items() if not isinstance(v, (str, int, float, bool))]
+    if bad:
+        raise ValidationError(f"config value of '{bad[0]}' must be a string, number or boolean")
 
 
 def plugin_class(config: dict[str, Any], sink_hint: bool = False) -> tuple[str, str]:
@@ -144,6 +149,7 @@ def validate(type_name: str, body: Any) -> dict[str, Any]:
     with its value and errors; unknown keys are reported too. Kafka Connect's shape."""
     if not isinstance(body, dict):
         raise ValidationError("the body must be a JSON object of config keys and values")
+    check_values(body)
     given = {str(k).lower(): v for k, v in body.items()}
     named = given.pop("connector.class", None)
     given.pop("name", None)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from connectql.server.routes import ROUTES
+from connectql.connectors import registry
+from connectql.server.routes import EXPAND, ROUTES
 
 _ERROR = {
     "type": "object",
@@ -23,36 +24,59 @@ _NAME = {
     "schema": {"type": "string"},
     "description": "the connector's name",
 }
+
+
+def plugin_names() -> list[str]:
+    """Each installed type as `type-kind`, and bare where it has one kind only: the names that
+    say which options to check (`file` alone could be a source or a sink)."""
+    names = []
+    for plugin in sorted(registry.plugins().values(), key=lambda p: p.type):
+        if plugin.installed:
+            names += [f"{plugin.type}-{kind}" for kind in plugin.kinds]
+            names += [plugin.type] if len(plugin.kinds) == 1 else []
+    return names
+
+
 _TYPE = {
     "name": "type",
     "in": "path",
     "required": True,
-    "schema": {"type": "string"},
-    "description": "a connector type (datagen, file, postgres, mysql), optionally -source/-sink",
+    "schema": {"type": "string", "enum": plugin_names()},
+    "description": "a connector type and kind; class names such as PostgresSinkConnector and"
+    " aliases (mariadb, postgresql) are taken too",
 }
 _SQL_BODY = {
     "required": True,
     "content": {
-        "text/plain": {"schema": {"type": "string"}},
+        "text/plain": {"schema": {"type": "string"}, "example": "SHOW CONNECTORS"},
         "application/json": {
             "schema": {
                 "type": "object",
                 "properties": {"sql": {"type": "string"}, "source": {"type": "string"}},
                 "required": ["sql"],
-            }
+            },
+            "example": {"sql": "SHOW CONNECTORS; SELECT count(*) FROM numbers"},
         },
     },
 }
 _CREATE_BODY = {
     "required": True,
     "content": {
-        "text/plain": {"schema": {"type": "string"}, "example": "CREATE SOURCE CONNECTOR ..."},
+        "text/plain": {
+            "schema": {"type": "string"},
+            "example": "CREATE SOURCE CONNECTOR gen FROM datagen INTO numbers"
+            " WITH ('rows.per.second' = 10)",
+        },
         "application/json": {
             "schema": {
                 "type": "object",
                 "properties": {"name": {"type": "string"}, "config": _CONFIG},
                 "required": ["name", "config"],
-            }
+            },
+            "example": {
+                "name": "out",
+                "config": {"connector.class": "file-sink", "topics": "numbers", "path": "out"},
+            },
         },
     },
 }
@@ -63,7 +87,16 @@ _OPERATIONS = {
         "Connector names; ?expand=status,info for each one's status and info",
         {
             "parameters": [
-                {"name": "expand", "in": "query", "required": False, "schema": {"type": "string"}}
+                {
+                    "name": "expand",
+                    "in": "query",
+                    "required": False,
+                    "description": "status and/or info: repeated, as Kafka Connect takes them"
+                    " (?expand=status&expand=info), or separated by commas",
+                    "style": "form",
+                    "explode": True,
+                    "schema": {"type": "array", "items": {"type": "string", "enum": EXPAND}},
+                }
             ]
         },
         "200",
@@ -97,7 +130,14 @@ _OPERATIONS = {
     ),
     "validate_config": (
         "Check a config against a type's declared options",
-        {"requestBody": {"required": True, "content": {"application/json": {"schema": _CONFIG}}}},
+        {
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": _CONFIG, "example": {"rows.per.second": 10}}
+                },
+            }
+        },
         "200",
         _OBJECT,
     ),
@@ -129,7 +169,7 @@ def _operation(method: str, path: str, handler: str) -> dict:
         ("404", "no such connector"),
         ("405", "method not allowed"),
         ("409", "conflict with the connector's state"),
-        ("411", "a body without Content-Length"),
+        ("411", "the body came without a Content-Length (chunked bodies are not read)"),
         ("413", "body too large"),
     ):
         responses[code] = {"description": why, "content": {"application/json": {"schema": _ERROR}}}

@@ -16,9 +16,12 @@ from connectql.server import kafkaconnect, metrics
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, **extra: Any):
+    """An error answer: its status, its message and `extra` fields in the JSON body, and
+    `headers` to send with it."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, **extra):
         super().__init__(message)
-        self.status, self.extra = status, extra
+        self.status, self.headers, self.extra = status, headers or {}, extra
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Request:
             raise ApiError(400, "the body is not UTF-8 text") from None
 
 
+EXPAND = ["status", "info"]  # what GET /connectors?expand= adds per connector
 STATUS_SQL = (
     "SELECT name, state, desired_state, rows_total, rows_written, rows_filtered,"
     " rows_dead_lettered, rows_per_sec, lag, last_batch_at, last_error FROM connectors"
@@ -79,10 +83,10 @@ class Routes:
     # ------------------------------------------------------------------ /connectors
     def list_connectors(self, req: Request):
         entries = self.worker.catalog.connectors()
-        expand = {e for e in req.query.get("expand", "").split(",") if e}
-        if not expand:
+        if "expand" not in req.query:
             return 200, sorted(e.name for e in entries)
-        unknown = expand - {"status", "info"}
+        expand = set(req.query["expand"].split(","))
+        unknown = expand - set(EXPAND)
         if unknown:
             raise ApiError(400, f"expand takes status and/or info, not {sorted(unknown)[0]!r}")
         rows = self.status_rows()
@@ -176,17 +180,22 @@ class Routes:
     def sql(self, req: Request):
         """A script: each statement's result; the first failure stops it (400, with the results
         of the statements before it)."""
+        if not req.body:
+            raise ApiError(400, 'the body is empty: send SQL text or {"sql": "..."}')
         body = req.json() if req.content_type.startswith("application/json") else req.text()
         text = body.get("sql") if isinstance(body, dict) else body
         if not isinstance(text, str):
             raise ApiError(400, 'the body must be SQL text or {"sql": "..."}')
         source = body.get("source", "") if isinstance(body, dict) else ""
+        if not isinstance(source, str):
+            raise ApiError(400, "source must be a string: the script's file name, for messages")
         done = []
         with self.statements:
             try:
-                for stmt, result in self.worker.run_script(text, str(source or "")):
-                    shown = statement_text(stmt)
-                    done.append({"statement": shown, "line": stmt.line, **result.to_json()})
+                for stmt, result in self.worker.run_script(text, source):
+                    done.append(
+                        {"statement": statement_text(stmt), "line": stmt.line, **result.to_json()}
+                    )
             except ConnectQLError as e:
                 raise ApiError(error_status(e), str(e), results=done) from None
         return 200, {"results": done}

@@ -87,6 +87,8 @@ class Handler(BaseHTTPRequestHandler):
     # unbuffered, the body waited for the client's delayed ACK of the headers, ~40 ms a request.
     wbufsize = -1
     disable_nagle_algorithm = True
+    # A client that stalls mid-request, or a kept-alive connection left idle, frees its thread
+    timeout = 120
 
     def __getattr__(self, name: str):
         # Every method is routed, so one a path does not take gets a JSON 405 naming those it
@@ -142,7 +144,11 @@ class Handler(BaseHTTPRequestHandler):
         if length > MAX_BODY:
             self.close_connection = True
             raise ApiError(413, f"the body is {length} bytes; at most {MAX_BODY}")
-        return self.rfile.read(length) if length > 0 else b""
+        try:
+            return self.rfile.read(length) if length > 0 else b""
+        except TimeoutError:
+            self.close_connection = True
+            raise ApiError(408, f"the body did not arrive within {self.timeout} s") from None
 
     def _authorized(self) -> bool:
         given = self.headers.get("Authorization", "")

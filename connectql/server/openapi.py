@@ -168,6 +168,7 @@ def _operation(method: str, path: str, handler: str) -> dict:
         ("401", "a token is needed"),
         ("404", "no such connector"),
         ("405", "method not allowed"),
+        ("408", "the body did not arrive in time"),
         ("409", "conflict with the connector's state"),
         ("411", "the body came without a Content-Length (chunked bodies are not read)"),
         ("413", "body too large"),

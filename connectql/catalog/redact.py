@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectql.connectors.options import is_secret_key
+from connectql.connectors.options import is_reference, is_secret_key
 from connectql.grammar import ast
-from connectql.planner.resolve import is_reference
 
 MASK = "****"
 

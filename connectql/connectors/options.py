@@ -15,6 +15,8 @@ from typing import Any
 from connectql.errors import ValidationError
 from connectql.grammar.ast import SecretRef
 
+# An option value naming where its secret is: resolved only when a plan is built
+REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
 TYPES = ("string", "int", "float", "bool", "duration", "enum")
 
 _DURATION = re.compile(
@@ -63,6 +65,11 @@ def duration_ms(text: str) -> int:
     return int(float(m.group(1)) * factor)
 
 
+def is_reference(value: Any) -> bool:
+    """Whether `value` is one ${env:NAME} or ${file:PATH} reference and nothing else."""
+    return isinstance(value, str) and REFERENCE.fullmatch(value) is not None
+
+
 def is_secret_key(key: str) -> bool:
     """Keys whose inline values are redacted on every way out."""
     k = key.lower()
@@ -71,7 +78,7 @@ def is_secret_key(key: str) -> bool:
 
 def coerce(option: Option, value: Any, where: str) -> Any:
     """The value converted to the option's type, or a ValidationError naming option and type."""
-    if isinstance(value, SecretRef) or (isinstance(value, str) and value.startswith("${")):
+    if isinstance(value, SecretRef) or is_reference(value):
         return value  # resolved when the plan is built
     try:
         return _COERCE[option.type](option, value)

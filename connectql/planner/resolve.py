@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
+from connectql.connectors.options import REFERENCE
 from connectql.errors import PlanError
 from connectql.grammar.ast import SecretRef
-
-_REF = re.compile(r"\$\{(env|file):([^}]+)\}")
-
-
-def is_reference(value: Any) -> bool:
-    """Whether `value` is one ${env:NAME} or ${file:PATH} reference and nothing else."""
-    return isinstance(value, str) and _REF.fullmatch(value) is not None
 
 
 def resolve_value(key: str, value: Any, secrets) -> Any:
     if isinstance(value, SecretRef):
         return secrets.get(value.name)
     if isinstance(value, str) and "${" in value:
-        return _REF.sub(lambda m: _lookup(key, m.group(1), m.group(2)), value)
+        return REFERENCE.sub(lambda m: _lookup(key, m.group(1), m.group(2)), value)
     return value
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import time
@@ -14,6 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from connectql.errors import ConnectQLError
+from connectql.grammar.ast import is_name
 from connectql.server.home import home_of
 from connectql.server.results import render
 
@@ -145,7 +145,7 @@ def cmd_action(args) -> int:
 
 
 def _name(name: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+    if not is_name(name):
         raise ConnectQLError(f"{name!r} is not a connector name (letters, digits and _)")
     return name
 

@@ -20,6 +20,7 @@ from rich.text import Text
 from connectql.catalog.redact import written_secrets
 from connectql.catalog.schema import PUBLIC_TABLES
 from connectql.errors import ConnectQLError
+from connectql.grammar.ast import is_name
 from connectql.grammar.parser import (
     keywords,
     next_terminals,
@@ -232,7 +233,7 @@ class Names:
 
     def options(self, type_name: str, kind: str) -> dict[str, str]:
         """A type's declared options for a kind of connector: key -> declared value type."""
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", type_name):  # it goes into a statement
+        if not is_name(type_name):  # it goes into a statement
             return {}
         if (type_name, kind) not in self._options:
             try:

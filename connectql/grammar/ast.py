@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # the grammar's NAME terminal (connectql.lark)
+
+
+def is_name(text) -> bool:
+    """Whether `text` can stand as a name (of a connector, stream, type) in a statement."""
+    return isinstance(text, str) and _NAME.fullmatch(text) is not None
 
 
 @dataclass(frozen=True)

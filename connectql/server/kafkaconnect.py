@@ -4,7 +4,6 @@ connectors, statuses, offsets, plugins and config validation as Kafka Connect sh
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from connectql.catalog.redact import redact
@@ -26,7 +25,7 @@ def statement(body: Any) -> ast.CreateSourceConnector | ast.CreateSinkConnector:
     config = {str(k): v for k, v in body["config"].items()}
     name = body.get("name") or config.pop("name", None)
     config.pop("name", None)
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+    if not ast.is_name(name):
         raise ValidationError(f"connector name {name!r} must be a word: letters, digits and _")
     check_values(config)
     type_, kind = plugin_class(config, "topics" in config)

@@ -113,7 +113,8 @@ class Routes:
         if text.startswith("{"):
             return kafkaconnect.statement(req.json())
         if text.startswith('"'):  # a JSON string holding the statement
-            text = req.json() if isinstance(req.json(), str) else text
+            quoted = req.json()
+            text = quoted if isinstance(quoted, str) else text
         from connectql.grammar.parser import parse_script
 
         stmts = parse_script(text)

@@ -5,7 +5,7 @@ data, then a check that no record was lost or duplicated.
         [--pairs 3] [--keep]
 
 1. `connectql server --port 0` runs as a real process on a fresh temporary home
-   (tests.helpers.connectql_server); everything is sent to it on 127.0.0.1.
+   (tests.crash.server_process); everything is sent to it on 127.0.0.1.
 2. Through the API (POST /connectors) it gets --connectors connectors: sources - the larger half -
    are datagen at RATE rows/s bounded by 'rows.total' = --rows, each into its own stream; sinks
    are Parquet file sinks reading the first streams. The load starts once every one has
@@ -44,7 +44,8 @@ from urllib.parse import urlsplit
 from rich.table import Table
 
 from bench.common import console, interrupt, load, percentile, remove_tmp
-from tests.helpers import connectql_server, read_parquet_rows
+from tests.crash import server_process
+from tests.helpers import read_parquet_rows
 
 RATE = 200  # rows/s of each source
 FIELDS = "id BIGINT SEQUENCE, v DOUBLE RANDOM(0,1)"
@@ -270,7 +271,7 @@ def run(
     home = tmp / "home"
     statements, outputs = pipelines(connectors, rows, home, tmp)
     report = Report(outputs, planned=requests)
-    with connectql_server(home) as url:
+    with server_process(home, home.parent, cwd=home.parent) as (_, url):
         names = [o.connector for o in outputs]
         say(f"connectql server on {url}; connectors {', '.join(names)}")
         for statement in statements:

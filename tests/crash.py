@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -62,19 +63,65 @@ def checkout_env(**changes: str | None) -> dict[str, str]:
     return env
 
 
-def start_connectql(home: Path, args: list[str], logs: Path, tag: str, env=None):
+def start_connectql(home: Path, args: list[str], logs: Path, tag: str, env=None, cwd=ROOT):
     """`connectql --home home *args` in its own session, so that the JVM and Spark's Python
     workers it starts can be killed with it; its output goes to logs/tag.out and .err."""
     with (logs / f"{tag}.out").open("w") as out, (logs / f"{tag}.err").open("w") as err:
         return subprocess.Popen(
             [*CONNECTQL, "--home", str(home), *args],
-            cwd=ROOT,
+            cwd=cwd,
             env=env or checkout_env(),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             start_new_session=True,
         )
+
+
+@contextmanager
+def server_process(home: Path, logs: Path, tag="server", env=None, cwd=ROOT, token=None):
+    """`connectql --home home server --port 0` in its own session until the block ends: yields
+    (process, url) once its server.json names it and GET /health answers (with `token`), then
+    stops it (stop_server)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    proc = start_connectql(home, ["server", "--port", "0"], logs, tag, env=env, cwd=cwd)
+    try:
+        yield (
+            proc,
+            wait_until(
+                lambda: _answering(home, logs, tag, proc, token), 120, what=f"a server on {home}"
+            ),
+        )
+    finally:
+        stop_server(proc)
+
+
+def _answering(home: Path, logs: Path, tag: str, proc: subprocess.Popen, token) -> str | None:
+    """The server's URL once it answers /health; fails at once if it has exited."""
+    assert proc.poll() is None, "the server exited\n" + describe(logs, home, tag)
+    try:
+        found = json.loads((home / "server.json").read_text())
+        if found["pid"] != proc.pid:
+            return None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        request = urllib.request.Request(found["url"] + "/health", headers=headers)
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return found["url"] if resp.status == 200 else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def stop_server(proc: subprocess.Popen) -> bool:
+    """SIGTERM, then SIGKILL for whatever of it is left after 60 s; whether it stopped by itself."""
+    by_itself = True
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            by_itself = False
+    kill_everything(proc)
+    return by_itself
 
 
 def start_worker(home: Path, script: Path, logs: Path, tag: str) -> subprocess.Popen:

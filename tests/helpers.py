@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import duckdb
 
 from connectql.catalog.streams import committed_files
-
-ROOT = Path(__file__).resolve().parents[1]  # this checkout, for the processes tests start
 
 
 def wait_until(check, timeout: float = 60.0, every: float = 0.2, what: str = "condition"):
@@ -73,7 +64,6 @@ def run_rejecting_sinks(worker, sink_type: str, conn: str) -> int:
     (`conn`: its connection options), both with CHECK (qty <= 100): `tolerant` dead-letters to
     `rejects`, `strict` fails. Checks the dead letters and the counts of `tolerant`; returns how
     many rows have qty > 100."""
-    import json
 
     run(
         worker,
@@ -104,51 +94,3 @@ def run_rejecting_sinks(worker, sink_type: str, conn: str) -> int:
     assert counts == [(2000, 2000 - over, over)]
     assert worker.catalog.get_connector("strict").state == "FAILED"
     return over
-
-
-@contextlib.contextmanager
-def connectql_server(home: Path, start_timeout: float = 120.0, stop_timeout: float = 60.0):
-    """`connectql --home HOME server --port 0` as a real process, in its own session, with this
-    checkout on its PYTHONPATH and HOME's parent as its working directory (relative paths in
-    statements land there). Yields its URL once HOME/server.json names it and /health answers.
-    At the end: SIGTERM (a graceful stop), then SIGKILL to its whole session (the JVM too) if it
-    has not exited after `stop_timeout` seconds. Its output goes to HOME/../server.out."""
-    home.mkdir(parents=True, exist_ok=True)
-    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    cmd = [sys.executable, "-m", "connectql.cli", "--home", str(home), "server", "--port", "0"]
-    with open(home.parent / "server.out", "wb") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=home.parent, env=env, start_new_session=True,
-        )  # fmt: skip
-    try:
-        yield wait_until(
-            lambda: _answering(home, proc), start_timeout, what=f"connectql server on {home}"
-        )
-    finally:
-        stop_session(proc, stop_timeout)
-
-
-def _answering(home: Path, proc: subprocess.Popen) -> str | None:
-    """The server's URL once it answers /health; fails at once if it has exited."""
-    if proc.poll() is not None:
-        raise AssertionError(f"connectql server exited with {proc.returncode} (see server.out)")
-    try:
-        url = json.loads((home / "server.json").read_text())["url"]
-        with urllib.request.urlopen(url + "/health", timeout=5) as resp:
-            return url if resp.status == 200 else None
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def stop_session(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM `proc`; SIGKILL its session when it has not exited within `timeout` seconds."""
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()

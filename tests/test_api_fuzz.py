@@ -32,7 +32,7 @@ from schemathesis.engine import events
 
 from connectql.connectors import registry
 from connectql.server.routes import ROUTES
-from tests.helpers import connectql_server
+from tests.crash import server_process
 
 pytestmark = pytest.mark.spark
 
@@ -75,7 +75,8 @@ def config(handler: str) -> schemathesis.Config:
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory):
-    with connectql_server(tmp_path_factory.mktemp("fuzz") / "home") as url:
+    root = tmp_path_factory.mktemp("fuzz")  # its working directory: relative paths land here
+    with server_process(root / "home", root, cwd=root) as (_, url):
         create_existing(url)
         yield url
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from connectql.catalog.streams import committed_files
-from tests.crash import checkout_env, describe, kill_everything, start_connectql
+from tests.crash import checkout_env, describe, kill_everything, server_process, stop_server
 from tests.helpers import read_parquet_rows, wait_until
 from tests.test_cli import connectql
 
@@ -90,39 +90,8 @@ def call(url: str, method: str = "GET", body=None, token=None):
 def running_server(home: Path, logs: Path, tag: str = "server", token: str | None = None):
     """`connectql --home home server --port 0` until the block ends, then SIGTERM (SIGKILL for
     it and its JVM if it has not stopped within 60 s). Waits for its server.json and /health."""
-    logs.mkdir(parents=True, exist_ok=True)
-    proc = start_connectql(
-        home, ["server", "--port", "0"], logs, tag, env=env(CONNECTQL_TOKEN=token)
-    )
-    try:
-
-        def address():
-            assert proc.poll() is None, "the server exited\n" + describe(logs, home, tag)
-            try:
-                found = json.loads((home / "server.json").read_text())
-            except (OSError, ValueError):
-                return None
-            return found if found["pid"] == proc.pid else None
-
-        found = wait_until(address, timeout=120, what="the server's server.json")
-        server = Server(home, logs, proc, found["url"], found["pid"], tag, token)
-        wait_until(lambda: server.call("GET", "/health")[0] == 200, timeout=60, what="GET /health")
-        yield server
-    finally:
-        stop(proc)
-
-
-def stop(proc: subprocess.Popen) -> bool:
-    """SIGTERM, then SIGKILL for whatever of it is left after 60 s; whether it stopped by itself."""
-    by_itself = True
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            by_itself = False
-    kill_everything(proc)
-    return by_itself
+    with server_process(home, logs, tag, env(CONNECTQL_TOKEN=token), token=token) as (proc, url):
+        yield Server(home, logs, proc, url, proc.pid, tag, token)
 
 
 @pytest.fixture(scope="module")
@@ -491,7 +460,7 @@ def test_a_token_guards_the_server(tmp_path):
         assert [s["name"] for s in server.ok("GET", "/streams")] == ["guarded"]
 
         # SIGTERM: a clean stop, which takes the address away
-        assert stop(server.proc), "the server did not stop within 60 s of SIGTERM"
+        assert stop_server(server.proc), "the server did not stop within 60 s of SIGTERM"
         assert server.proc.returncode == 0, describe(server.logs, home, server.tag)
     assert not (home / "server.json").exists()
 

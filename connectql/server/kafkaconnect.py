@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from connectql.catalog.redact import redact
+from connectql.catalog.redact import MASK, redact, redact_value
 from connectql.catalog.store import ConnectorEntry
 from connectql.connectors import registry
 from connectql.connectors.options import option_errors
@@ -203,4 +203,4 @@ def validate(type_name: str, body: Any) -> dict[str, Any]:
 def _shown(name: str, value: Any, secret: bool) -> Any:
     if value is None:
         return None
-    return "****" if secret or redact({name: value})[name] != value else str(value)
+    return MASK if secret else str(redact_value(name, value))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 
 import duckdb
 import pytest
@@ -198,3 +201,17 @@ def test_secret_store_is_owner_only(tmp_path):
     assert (tmp_path / "secrets.json").stat().st_mode & 0o777 == 0o600
     with pytest.raises(CatalogError, match="no secret named 'nope'"):
         store.get("nope")
+
+
+def test_ctrl_c_during_a_catalog_query_is_a_keyboard_interrupt(tmp_path):
+    """DuckDB reports Ctrl-C as RuntimeError('Query interrupted'); `connectql run` must see the
+    KeyboardInterrupt that stops it gracefully, not a failure."""
+    cat = Catalog(tmp_path / "c.duckdb")
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        # a second or more of work (DuckDB may notice the signal only when it ends)
+        cat.query("SELECT sum(a.range * b.range) FROM range(100000000) a, range(10) b")
+    timer.join()
+    assert cat.query("SELECT 42") == (["42"], [(42,)])  # the catalog is still usable
+    cat.close()

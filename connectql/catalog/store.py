@@ -68,6 +68,26 @@ class StreamEntry:
         return tuple(k for k in (self.key or "").split(",") if k)
 
 
+class _Interruptible:
+    """DuckDB's connection, except that Ctrl-C during a statement comes out as KeyboardInterrupt:
+    DuckDB turns it into RuntimeError('Query interrupted'), which `connectql run` took for a
+    failure (a traceback and exit 1) instead of the graceful stop Ctrl-C asks for."""
+
+    def __init__(self, con):
+        self._con = con
+
+    def execute(self, *args):
+        try:
+            return self._con.execute(*args)
+        except RuntimeError as e:
+            if str(e) == "Query interrupted":
+                raise KeyboardInterrupt from None
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._con, name)
+
+
 class Catalog:
     """One DuckDB file; one writer process. Every method takes the lock, so the listener thread
     and the statement thread can share it."""
@@ -76,7 +96,7 @@ class Catalog:
         self.path = str(path)
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.con = duckdb.connect(self.path)
+            self.con = _Interruptible(duckdb.connect(self.path))
         except duckdb.IOException as e:
             raise CatalogError(f"cannot open the catalog {self.path}: {e}") from None
         os.chmod(self.path, 0o600)  # connector_config holds inline secrets as given

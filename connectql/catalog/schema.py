@@ -67,6 +67,14 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        4,
+        "the tables a multi-table source captures (each into its own stream)",
+        ["ALTER TABLE connectors ADD COLUMN tables JSON"],
+    )
+)
+
 LATEST = MIGRATIONS[-1][0]
 
 # connector_metrics keeps this many recent batches per connector

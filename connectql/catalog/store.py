@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -36,6 +37,11 @@ def decode_options(text: str) -> dict[str, Any]:
     }
 
 
+def table_stream(base: str, table: str) -> str:
+    """The stream a multi-table source writes `table`'s rows to: <base>_<table>."""
+    return f"{base}_{re.sub(r'[^A-Za-z0-9_]', '_', table)}"
+
+
 @dataclass
 class ConnectorEntry:
     """One connector as the catalog holds it: the options exactly as given."""
@@ -51,6 +57,14 @@ class ConnectorEntry:
     tasks: int = 1
     last_error: str | None = None
     created_at: datetime = field(default_factory=now)
+    tables: tuple[str, ...] = ()  # a multi-table source's tables, each into its own stream
+
+    @property
+    def streams(self) -> list[str]:
+        """The streams the connector reads or writes (less dead letters)."""
+        if self.tables and self.stream:
+            return [table_stream(self.stream, t) for t in self.tables]
+        return [self.stream] if self.stream else []
 
 
 @dataclass
@@ -126,7 +140,8 @@ class Catalog:
             try:
                 self.con.execute(
                     "INSERT INTO connectors (name, kind, type, stream, state, desired_state, tasks,"
-                    " options, transform, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    " options, transform, created_at, updated_at, tables)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     [
                         e.name,
                         e.kind,
@@ -139,6 +154,7 @@ class Catalog:
                         e.select_sql,
                         ts,
                         ts,
+                        json.dumps(list(e.tables)) if e.tables else None,
                     ],
                 )
                 self.con.execute(
@@ -165,7 +181,7 @@ class Catalog:
     def get_connector(self, name: str) -> ConnectorEntry:
         _, rows = self.query(
             "SELECT c.name, kind, type, stream, k.options, k.select_sql, state, desired_state,"
-            " tasks, last_error, created_at FROM connectors c JOIN connector_config k"
+            " tasks, last_error, created_at, tables FROM connectors c JOIN connector_config k"
             " ON c.name = k.name WHERE c.name = ?",
             [name],
         )
@@ -173,7 +189,7 @@ class Catalog:
             raise CatalogError(f"no connector named '{name}'{self._known('connectors')}")
         r = rows[0]
         return ConnectorEntry(
-            r[0], r[1], r[2], r[3], decode_options(r[4]), r[5], r[6], r[7], r[8], r[9], r[10]
+            *r[:4], decode_options(r[4]), *r[5:11], tuple(json.loads(r[11])) if r[11] else ()
         )
 
     def connectors(self) -> list[ConnectorEntry]:

@@ -10,6 +10,16 @@ from connectql.connectors.options import Option
 
 
 @dataclass(frozen=True)
+class Found:
+    """What a source found it reads at CREATE: a table (None: the source's one table or
+    query), its rows' Spark DDL and its key columns."""
+
+    table: str | None
+    ddl: str
+    key: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ReaderSpec:
     """How Spark reads: `spark.readStream.format(format).options(options).schema(schema).load(path)`."""
 
@@ -25,9 +35,10 @@ class ReaderSpec:
     secret_options: tuple[str, ...] = ()  # option names whose values must never be shown
     corrupt_column: str | None = None  # column holding the raw text of a record that did not parse
     key: tuple[str, ...] = ()  # columns identifying a row (a table's primary key)
-    # Called once, at CREATE, when `schema` is None and the source knows its own schema (a
-    # database table): returns (Spark DDL, key columns); raises PlanError naming what is wrong.
-    discover: Callable[[], tuple[str, tuple[str, ...]]] | None = field(default=None, compare=False)
+    # Called at CREATE when `schema` is None and the source knows its own schema (database
+    # tables): what it reads, one Found per table of a multi-table source; raises PlanError
+    # naming what is wrong.
+    discover: Callable[[], list[Found]] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

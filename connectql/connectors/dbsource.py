@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from connectql.connectors.base import ReaderSpec
+from connectql.connectors import multitable
+from connectql.connectors.base import Found, ReaderSpec
 from connectql.connectors.options import Option
 from connectql.errors import PlanError
 
@@ -16,7 +17,12 @@ def source_options(log: str) -> dict[str, Option]:
     return {
         o.name: o
         for o in [
-            Option("table", doc="table to read, 'name' or 'schema.name' (or give query)"),
+            Option(
+                "table",
+                doc="table to read, 'name' or 'schema.name' (or give query); several tables of"
+                " one schema as a comma list and/or patterns ('orders, customer*'; * or % any"
+                " text, ? one character): each table's rows go to stream <stream>_<table>",
+            ),
             Option(
                 "query",
                 doc="incremental/bulk modes: a SELECT whose rows are read instead of a table",
@@ -85,6 +91,28 @@ def check_source_options(opts: dict[str, Any], where: str) -> None:
         )
 
 
+def table_place(
+    opts: dict[str, Any], schema_key: str, split: Callable, where: str
+) -> dict[str, Any]:
+    """The TableConfig fields saying what is read: schema, table and (several tables) patterns.
+    `split('s.t', default schema)` -> (schema, table)."""
+    text, default = opts.get("table"), opts[schema_key]
+    items = multitable.patterns(text)
+    if not text:
+        return {"schema": default, "table": None}
+    if not items:
+        schema, table = split(text, default)
+        return {"schema": schema, "table": table}
+    places = [split(item, default) for item in items]
+    schemas = sorted({schema for schema, _t in places})
+    if len(schemas) > 1:
+        raise PlanError(
+            f"{where}: the tables of table = '{text}' must be in one schema, not"
+            f" {', '.join(schemas)} (one connector per schema)"
+        )
+    return {"schema": schemas[0], "table": None, "patterns": tuple(t for _s, t in places)}
+
+
 def config_fields(opts: dict[str, Any]) -> dict[str, Any]:
     """The TableConfig fields every table source takes from its options (less connection,
     schema and table, which each database names its own way)."""
@@ -104,17 +132,21 @@ def config_fields(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def reader_spec(
-    fmt: str, cfg, describe: Callable[[], Any], where: str, count: Callable[[], int]
+    fmt: str, cfg, describe: Callable[[], list], where: str, count: Callable[[], int]
 ) -> ReaderSpec:
-    """A ReaderSpec whose discovery (at CREATE) runs `describe()` -> tablereader.Table and checks
-    that the ordering columns exist; `count()` gives the rows of a cdc snapshot (progress)."""
+    """A ReaderSpec whose discovery (at CREATE) runs `describe()` -> [tablereader.Table] (one
+    per table) and checks that the ordering columns exist; `count()` gives the rows of a cdc
+    snapshot (progress)."""
 
-    def found() -> tuple[str, tuple[str, ...]]:
-        t = describe()
-        missing = [c for c in cfg.ordering if c not in {n for n, _d, _s in t.columns}]
-        if missing:
-            raise PlanError(f"{where}: {t.qualified} has no column {', '.join(missing)}")
-        return t.ddl(cfg.mode == "cdc"), t.key
+    def found() -> list[Found]:
+        out = []
+        for t in describe():
+            missing = [c for c in cfg.ordering if c not in {n for n, _d, _s in t.columns}]
+            if missing:
+                raise PlanError(f"{where}: {t.qualified} has no column {', '.join(missing)}")
+            table = t.name if cfg.patterns else None
+            out.append(Found(table, t.ddl(cfg.mode == "cdc"), t.key))
+        return out
 
     snapshot = cfg.mode == "cdc" and cfg.snapshot == "initial"
     return ReaderSpec(

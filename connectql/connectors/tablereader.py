@@ -1,13 +1,14 @@
 """The Spark reader every database table source shares (PostgreSQL, MySQL): offsets, snapshot
-chunks, incremental polling, bulk copies and splitting into tasks. A database subclass supplies
-its connection, its table description, its SQL dialect (polling.Db) and, for `cdc`, its change
-log (slot LSNs, binlog coordinates) through the `log_*` hooks."""
+chunks, incremental polling, bulk copies and splitting into tasks, for one table or several
+(multitable: one union schema; snapshots table after table, then one change log for all). A
+database subclass supplies its connection, its table description, its SQL dialect (polling.Db)
+and, for `cdc`, its change log (slot LSNs, binlog coordinates) through the `log_*` hooks."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -15,7 +16,8 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from connectql.connectors import polling
+from connectql.connectors import multitable, polling
+from connectql.connectors.changerows import arrow_schema
 from connectql.connectors.dbsink import META_COLUMNS
 from connectql.connectors.options import from_spark_options, to_spark_options
 
@@ -52,7 +54,7 @@ class TableConfig:
 
     connection: dict
     schema: str  # PostgreSQL schema, MySQL database
-    table: str | None
+    table: str | None  # one table (None: a query, or several tables)
     query: str | None
     mode: str  # 'cdc' | 'incremental' | 'bulk'
     snapshot: str = "initial"
@@ -64,6 +66,11 @@ class TableConfig:
     tasks: int = 1
     schema_change: str = "fail"
     connector: str = ""
+    patterns: tuple[str, ...] = ()  # several tables: names and patterns, resolved at CREATE
+
+    def for_table(self, table: str | None):
+        """These settings for one of the source's tables."""
+        return self if table == self.table else replace(self, table=table, patterns=())
 
     def to_options(self) -> dict[str, str]:
         return to_spark_options(dict(self.__dict__))
@@ -96,12 +103,15 @@ class Range(InputPartition):
     upto: list | None
     log_from: Any = None  # change-log positions: snapshot rows' position, or changes' range
     log_to: Any = None
+    table: str | None = None  # whose rows ('rows'); None: the source's one table
 
 
 class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets: cdc {"after": last key read, LOG_KEY: change-log position, "phase":
-    "snapshot"|"stream", "upto": the snapshot's last key} (keys as text lists or null);
-    incremental {"after": ordering text list or null}; bulk {"run": n}."""
+    "snapshot"|"stream", "upto": the snapshot's last key} (keys as text lists or null), plus
+    "table" (the table being snapshotted) with several tables; incremental {"after": ordering
+    text list or null}, with several tables {"after": {table: ordering text list or null}};
+    bulk {"run": n}."""
 
     config_class: type[TableConfig] = TableConfig
     LOG_KEY = "log"
@@ -109,14 +119,18 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, schema: StructType, options: dict[str, str]):
         self.cfg = self.config_class.from_options(options)
         self.schema = schema
-        self.data = StructType([f for f in schema.fields if f.name not in META_COLUMNS])
+        parts = multitable.split_union(schema)
+        self.multi = parts is not None
+        self.schemas: dict[str | None, StructType] = parts or {self.cfg.table: schema}
+        self.tables: list[str | None] = list(self.schemas)
+        self.union = arrow_schema(schema) if self.multi else None
         self.cdc = self.cfg.mode == "cdc"
         self.available_now = False
         self.target = None  # available-now: the log position where the run ends
         self._polled_at = 0.0
         self._beat_at = time.monotonic()
         self._conn = None
-        self._table: Table | None = None
+        self._metas: dict[str | None, Table] = {}
 
     # ---------------------------------------------------------------- what a database supplies
     def connect(self):
@@ -125,13 +139,13 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def is_closed(self, conn) -> bool:
         raise NotImplementedError
 
-    def describe(self, conn) -> Table:
+    def describe(self, conn, table: str | None) -> Table:
         raise NotImplementedError
 
     def dialect(self, conn, table: Table) -> polling.Db:
         raise NotImplementedError
 
-    def relation(self) -> str:
+    def relation(self, table: str | None) -> str:
         raise NotImplementedError
 
     def log_start(self, conn):
@@ -147,14 +161,15 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def log_done(self, conn, position) -> None:
         """Every change up to `position` is processed (e.g. advance a replication slot)."""
 
-    def log_read(self, conn, part: Range) -> Iterator[pa.RecordBatch]:
+    def log_read(self, conn, part: Range) -> Iterator[tuple[str | None, pa.RecordBatch]]:
+        """(table, its change rows) of the captured tables' changes in the range."""
         raise NotImplementedError
 
     def log_order(self, position):
         """A sortable form of a position."""
         return position
 
-    def with_snapshot_columns(self, batch: pa.RecordBatch, position) -> pa.RecordBatch:
+    def with_snapshot_columns(self, batch: pa.RecordBatch, table, position) -> pa.RecordBatch:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- plumbing
@@ -163,22 +178,25 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._conn = self.connect()
         return self._conn
 
-    def _meta(self, conn) -> Table:
-        """The table's column types and key, looked up once per process."""
-        if self._table is None:
-            self._table = self.describe(conn)
-        return self._table
+    def meta(self, conn, table: str | None) -> Table:
+        """A table's column types and key, looked up once per process."""
+        if table not in self._metas:
+            self._metas[table] = self.describe(conn, table)
+        return self._metas[table]
 
-    def _db(self, conn=None) -> polling.Db:
+    def _db(self, table: str | None, conn=None) -> polling.Db:
         conn = conn or self._connection()
-        return self.dialect(conn, self._meta(conn))
+        return self.dialect(conn, self.meta(conn, table))
 
-    @property
-    def key(self) -> list[str]:
-        return list(self._meta(self._connection()).key)
+    def key_of(self, table: str | None) -> list[str]:
+        return list(self.meta(self._connection(), table).key)
 
-    def _src(self) -> polling.Source:
-        return polling.Source(self.relation(), self.data)
+    def _src(self, table: str | None) -> polling.Source:
+        data = [f for f in self.schemas[table].fields if f.name not in META_COLUMNS]
+        return polling.Source(self.relation(table), StructType(data))
+
+    def _shape(self, table: str | None, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return multitable.to_union(batch, table, self.union) if self.multi else batch
 
     def _due(self) -> bool:
         """Poll the database at most every poll_ms (Spark asks many times a second)."""
@@ -188,24 +206,34 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._polled_at = now
         return True
 
-    def _offset(self, after, position, phase: str, upto=None) -> dict:
+    def _offset(self, after, position, phase: str, upto=None, table=None) -> dict:
         """`after`: the last key read; `upto`: the snapshot's last key (fixed key order)."""
-        return {"after": after, self.LOG_KEY: position, "phase": phase, "upto": upto}
+        offset = {"after": after, self.LOG_KEY: position, "phase": phase, "upto": upto}
+        return {**offset, "table": table} if self.multi else offset
 
     # ---------------------------------------------------------------- offsets
     def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
         if self.cfg.mode == "bulk":
             return {"run": 0}
         if not self.cdc:
-            return {"after": None}
+            return {"after": {t: None for t in self.tables} if self.multi else None}
         position = self.log_start(self._connection())
-        phase = "snapshot" if self.cfg.snapshot == "initial" else "stream"
-        if phase == "stream" or not self.key:
-            return self._offset(None, position, phase)
-        # the snapshot ends at the largest key now: rows added later arrive as changes (a
-        # snapshot chasing inserts would never end)
-        upto = polling.last_key(self._db(), self._src(), self.key)
-        return self._offset(None, position, "snapshot" if upto else "stream", upto)
+        if self.cfg.snapshot != "initial":
+            return self._offset(None, position, "stream")
+        return self._snapshot_from(0, position)
+
+    def _snapshot_from(self, index: int, position) -> dict:
+        """The offset before the snapshot of the first table from tables[index] with rows to
+        read. Its snapshot ends at its largest key now: rows added later arrive as changes (a
+        snapshot chasing inserts would never end)."""
+        for table in self.tables[index:]:
+            key = self.key_of(table)
+            if not key:  # the whole table is one chunk
+                return self._offset(None, position, "snapshot", None, table)
+            upto = polling.last_key(self._db(table), self._src(table), key)
+            if upto:
+                return self._offset(None, position, "snapshot", upto, table)
+        return self._offset(None, position, "stream")
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self.available_now = True
@@ -216,12 +244,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.cfg.mode == "bulk":
             return self._next_run(start)
         if not self.cdc:
-            if not self._due():
-                return start
-            bound = polling.next_bound(
-                self._db(), self._src(), self.cfg.ordering, start["after"], self.cfg.batch_rows
-            )
-            return {"after": bound} if bound else start
+            return self._next_poll(start) if self._due() else start
         if start["phase"] == "snapshot":
             return self._next_chunk(start)
         if not self._due():
@@ -233,17 +256,33 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"run": 1} if start["run"] == 0 else start
         return {"run": start["run"] + 1} if self._due() else start
 
+    def _next_poll(self, start: dict) -> dict:
+        if not self.multi:
+            bound = self._bound(self.tables[0], start["after"])
+            return {"after": bound} if bound else start
+        after = {
+            t: self._bound(t, start["after"].get(t)) or start["after"].get(t) for t in self.tables
+        }
+        return {"after": after} if after != start["after"] else start
+
+    def _bound(self, table: str | None, after):
+        ordering = self.cfg.ordering
+        return polling.next_bound(
+            self._db(table), self._src(table), ordering, after, self.cfg.batch_rows
+        )
+
     def _next_chunk(self, start: dict) -> dict:
-        key, after, position = self.key, start["after"], start[self.LOG_KEY]
-        if not key:  # no primary key: the whole table is one chunk; [] marks it read
-            if after is None:
-                return self._offset([], position, "snapshot")
-            return self._offset(None, position, "stream")
+        table = start.get("table", self.tables[0])
+        key, after, position = self.key_of(table), start["after"], start[self.LOG_KEY]
+        if not key and after is None:  # no primary key: the whole table; [] marks it read
+            return self._offset([], position, "snapshot", None, table)
         upto = start.get("upto")
-        bound = polling.next_bound(self._db(), self._src(), key, after, self.cfg.batch_rows, upto)
+        bound = key and polling.next_bound(
+            self._db(table), self._src(table), key, after, self.cfg.batch_rows, upto
+        )
         if not bound:
-            return self._offset(None, position, "stream")
-        return self._offset(bound, position, "snapshot", upto)
+            return self._snapshot_from(self.tables.index(table) + 1, position)
+        return self._offset(bound, position, "snapshot", upto, table)
 
     def _next_changes(self, start: dict) -> dict:
         conn, begin = self._connection(), start[self.LOG_KEY]
@@ -271,53 +310,76 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---------------------------------------------------------------- partitions and reads
     def partitions(self, start: dict, end: dict) -> list[Range]:
         if self.cfg.mode == "bulk":
-            return self._whole_table() if end["run"] > start["run"] else []
+            return (
+                [r for t in self.tables for r in self._whole_table(t)]
+                if end["run"] > start["run"]
+                else []
+            )
         if not self.cdc:
-            return self._split(start["after"], end["after"], self.cfg.ordering)
+            return self._polled(start["after"], end["after"])
         if start["phase"] == "snapshot":
-            upto = end["after"] if end["phase"] == "snapshot" else start.get("upto")
-            if start["after"] == []:  # a key-less table already read
-                return []
-            return self._split(start["after"], upto or None, self.key, start[self.LOG_KEY])
+            table = start.get("table", self.tables[0])
+            if (
+                start["after"] == []
+                or end["phase"] != "snapshot"
+                or end.get("table", table) != table
+            ):
+                return []  # read already, or the table's last range was empty
+            upto = end["after"]
+            return self._split(
+                table, start["after"], upto or None, self.key_of(table), start[self.LOG_KEY]
+            )
         begin, finish = start[self.LOG_KEY], end[self.LOG_KEY]
         if self.log_order(finish) <= self.log_order(begin):
             return []
         return [Range("changes", None, None, begin, finish)]
 
-    def _whole_table(self) -> list[Range]:
+    def _polled(self, after, upto) -> list[Range]:
+        ordering = self.cfg.ordering
+        if not self.multi:
+            return self._split(self.tables[0], after, upto, ordering)
+        return [
+            r
+            for t in self.tables
+            if upto.get(t) != after.get(t)
+            for r in self._split(t, after.get(t), upto.get(t), ordering)
+        ]
+
+    def _whole_table(self, table: str | None) -> list[Range]:
         """Bulk: the table in tasks.max key ranges when it has a single integer key."""
-        key = self.key if not self.cfg.query else []
+        key = self.key_of(table) if not self.cfg.query else []
         if self.cfg.tasks <= 1 or len(key) != 1:
-            return [Range("rows", None, None)]
-        top = polling.last_key(self._db(), self._src(), key)
+            return [Range("rows", None, None, table=table)]
+        top = polling.last_key(self._db(table), self._src(table), key)
         if not top:
             return []
-        ranges = self._split(None, top, key)
-        return [*ranges[:-1], Range("rows", ranges[-1].after, None)]  # rows added since: last
+        ranges = self._split(table, None, top, key)
+        return [*ranges[:-1], replace(ranges[-1], upto=None)]  # rows added since: last
 
-    def _split(self, after, upto, columns, position=None) -> list[Range]:
+    def _split(self, table, after, upto, columns, position=None) -> list[Range]:
         if self.cfg.tasks <= 1 or len(columns) != 1 or upto is None:
-            return [Range("rows", after, upto, position)]
-        low = None if after else polling.smallest(self._db(), self._src(), columns[0])
+            return [Range("rows", after, upto, position, table=table)]
+        low = None if after else polling.smallest(self._db(table), self._src(table), columns[0])
         if low is None and not after:
-            return [Range("rows", after, upto, position)]
+            return [Range("rows", after, upto, position, table=table)]
         ranges = polling.split(after, upto, self.cfg.tasks, low)
-        return [Range("rows", a, b, position) for a, b in ranges]
+        return [Range("rows", a, b, position, table=table) for a, b in ranges]
 
     def read(self, part: Range) -> Iterator[pa.RecordBatch]:
         conn = self.connect()
         try:
             if part.kind == "changes":
-                self._meta(conn)
-                yield from self.log_read(conn, part)
+                for table, batch in self.log_read(conn, part):
+                    yield self._shape(table, batch)
                 return
-            db = self._db(conn)
-            columns = self.cfg.ordering if self.cfg.mode == "incremental" else self._meta(conn).key
-            rows = polling.read_range(db, self._src(), columns, part.after, part.upto)
-            if not self.cdc:
-                yield from rows
-                return
+            table = part.table
+            db = self.dialect(conn, self.meta(conn, table))
+            incremental = self.cfg.mode == "incremental"
+            columns = self.cfg.ordering if incremental else self.meta(conn, table).key
+            rows = polling.read_range(db, self._src(table), columns, part.after, part.upto)
             for batch in rows:
-                yield self.with_snapshot_columns(batch, part.log_from)
+                if self.cdc:
+                    batch = self.with_snapshot_columns(batch, table, part.log_from)
+                yield self._shape(table, batch)
         finally:
             conn.close()

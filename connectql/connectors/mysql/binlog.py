@@ -89,13 +89,14 @@ class Txn:
     end: dict  # the position after the transaction
     ts_ms: int
     gtid: str | None
-    changes: list = field(default_factory=list)  # (op, values, before values or None)
+    changes: list = field(default_factory=list)  # (table, op, values, before values or None)
 
 
 class Walker:
-    """Walks committed transactions from a boundary, decoding the captured table's rows."""
+    """Walks committed transactions from a boundary, decoding the captured tables' rows
+    (`columns`: each captured table's columns)."""
 
-    def __init__(self, cfg, columns: list[Column], reader: int):
+    def __init__(self, cfg, columns: dict[str, list[Column]], reader: int):
         self.cfg, self.columns, self.reader = cfg, columns, reader
 
     def transactions(self, start: dict, conn=None) -> Iterator[Txn]:
@@ -133,7 +134,7 @@ class Walker:
             blocking=False,
             only_events=EVENTS,
             only_schemas=[self.cfg.schema],
-            only_tables=[self.cfg.table],
+            only_tables=list(self.columns) or None,
             use_column_name_cache=True,
             enable_logging=False,
         )
@@ -141,9 +142,12 @@ class Walker:
     def _describe(self, ev: TableMapEvent, conn) -> None:
         """Give the row decoder what a server without full metadata leaves out: names,
         signedness and enum/set members, from information_schema by ordinal position."""
-        if len(ev.columns) != len(self.columns) and conn is not None:
-            self.columns = columns_of(conn, self.cfg.schema, self.cfg.table)  # schema changed
-        for col, info in zip(ev.columns, self.columns, strict=False):
+        known = self.columns.get(ev.table)
+        if known is None:
+            return
+        if len(ev.columns) != len(known) and conn is not None:  # the table's schema changed
+            known = self.columns[ev.table] = columns_of(conn, self.cfg.schema, ev.table)
+        for col, info in zip(ev.columns, known, strict=False):
             if not col.name or col.name.startswith("UNKNOWN_COL"):
                 col.name = info.name
             col.unsigned = col.unsigned or info.unsigned
@@ -153,15 +157,15 @@ class Walker:
                 col.enum_values = ["", *info.members]
             if info.data_type == "set" and not col.set_values:
                 col.set_values = info.members
-        for i, col in enumerate(ev.columns[len(self.columns) :]):
-            col.name = col.name or f"UNKNOWN_COL{len(self.columns) + i}"
+        for i, col in enumerate(ev.columns[len(known) :]):
+            col.name = col.name or f"UNKNOWN_COL{len(known) + i}"
 
 
 def _rows(ev) -> list[tuple]:
     op = OPS[type(ev)]
     if op == "u":
-        return [(op, r["after_values"], r["before_values"]) for r in ev.rows]
-    return [(op, r["values"], None) for r in ev.rows]
+        return [(ev.table, op, r["after_values"], r["before_values"]) for r in ev.rows]
+    return [(ev.table, op, r["values"], None) for r in ev.rows]
 
 
 def _s(value) -> str:
@@ -220,23 +224,30 @@ def _ends(w: Window) -> tuple:
 # ------------------------------------------------------------------ reading a batch
 
 
-def read_changes(walker: Walker, part, schema: StructType, key, conn) -> Iterator[pa.RecordBatch]:
-    """The captured changes of the transactions ending in (part.log_from, part.log_to]."""
+def read_changes(
+    walker: Walker, part, schemas: dict[str, StructType], keys: dict[str, list], conn
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """(table, change rows) of the captured tables' changes in the transactions ending in
+    (part.log_from, part.log_to]; `schemas` and `keys` by table."""
     cfg = walker.cfg
-    rows = ChangeRows(schema, key, f"{cfg.schema}.{cfg.table}", cfg.schema_change, _value)
+    rows = {
+        t: ChangeRows(schemas[t], keys[t], f"{cfg.schema}.{t}", cfg.schema_change, _value)
+        for t in schemas
+    }
     end = order(part.log_to)
     for txn in walker.transactions(part.log_from, conn):
         if order(txn.end) > end:
             break
-        types = {c.name: c.column_type for c in walker.columns}
-        for seq, (op, values, before) in enumerate(txn.changes, start=1):
+        for seq, (table, op, values, before) in enumerate(txn.changes, start=1):
+            types = {c.name: c.column_type for c in walker.columns[table]}
             meta = {"__ts_ms": txn.ts_ms, "__pos": text_pos(txn.end, seq)}
-            meta["__source"] = source(cfg, False, **txn.end, gtid=txn.gtid)
-            rows.add(op, values, before, meta, types)
+            meta["__source"] = source(cfg.for_table(table), False, **txn.end, gtid=txn.gtid)
+            rows[table].add(op, values, before, meta, types)
         if order(txn.end) == end:
             break
-    if rows.count:
-        yield rows.batch()
+    for table, built in rows.items():
+        if built.count:
+            yield table, built.batch()
 
 
 def _value(value, f, types: dict):
@@ -289,7 +300,7 @@ def check_replication(cfg, where_: str) -> None:
             start = current(conn)
         except PlanError as e:
             raise PlanError(f"{where_}: {e}") from None
-    walker = Walker(cfg, [], reader=1)
+    walker = Walker(cfg, {}, reader=1)
     try:
         for _txn in walker.transactions(start):
             pass

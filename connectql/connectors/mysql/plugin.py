@@ -13,6 +13,7 @@ from connectql.connectors.dbsource import (
     config_fields,
     reader_spec,
     source_options,
+    table_place,
 )
 from connectql.connectors.mysql.client import connection_config, split_table
 from connectql.connectors.mysql.datasource import FORMAT
@@ -64,15 +65,9 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
 
     where = "mysql source"
     check_source_options(opts, where)
-    database, table = (
-        split_table(opts["table"], opts["database"])
-        if opts.get("table")
-        else (opts["database"], None)
-    )
     cfg = ReaderConfig(
         connection=connection_config(opts),
-        schema=database,
-        table=table,
+        **table_place(opts, "database", split_table, where),
         server_id=opts.get("server.id") or 0,
         **config_fields(opts),
     )
@@ -85,9 +80,13 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
 
 def count(cfg) -> int:
     from connectql.connectors.mysql.client import connect, qualified, query
+    from connectql.connectors.mysql.tables import tables_of
 
     with connect(cfg.connection) as conn:
-        return int(query(conn, f"SELECT count(*) FROM {qualified(cfg.schema, cfg.table)}")[0][0])
+        return sum(
+            int(query(conn, f"SELECT count(*) FROM {qualified(cfg.schema, t)}")[0][0])
+            for t in tables_of(conn, cfg, "mysql source")
+        )
 
 
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:

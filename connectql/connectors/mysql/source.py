@@ -39,17 +39,18 @@ class MysqlStreamReader(TableStreamReader):
     def is_closed(self, conn) -> bool:
         return not conn.open
 
-    def describe(self, conn) -> Table:
-        return describe_source(conn, self.cfg)
+    def describe(self, conn, table: str | None) -> Table:
+        return describe_source(conn, self.cfg.for_table(table))
 
     def dialect(self, conn, table: Table) -> MyDb:
         return MyDb(conn, {n: t for n, t, _s in table.columns})
 
-    def relation(self) -> str:
-        return self.cfg.relation()
+    def relation(self, table: str | None) -> str:
+        return self.cfg.for_table(table).relation()
 
     def _walker(self, conn, reader: int) -> binlog.Walker:
-        return binlog.Walker(self.cfg, columns_of(conn, self.cfg.schema, self.cfg.table), reader)
+        columns = {t: columns_of(conn, self.cfg.schema, t) for t in self.tables}
+        return binlog.Walker(self.cfg, columns, reader)
 
     def log_start(self, conn) -> dict:
         return binlog.current(conn)
@@ -65,9 +66,10 @@ class MysqlStreamReader(TableStreamReader):
     def log_order(self, position: dict):
         return binlog.order(position)
 
-    def log_read(self, conn, part: Range) -> Iterator[pa.RecordBatch]:
-        key = self._meta(conn).key
-        yield from binlog.read_changes(self._walker(conn, 1), part, self.schema, key, conn)
+    def log_read(self, conn, part: Range) -> Iterator[tuple[str, pa.RecordBatch]]:
+        keys = {t: self.meta(conn, t).key for t in self.tables}
+        yield from binlog.read_changes(self._walker(conn, 1), part, self.schemas, keys, conn)
 
-    def with_snapshot_columns(self, batch: pa.RecordBatch, position: dict) -> pa.RecordBatch:
-        return binlog.with_snapshot_columns(batch, self.cfg, self.schema, position)
+    def with_snapshot_columns(self, batch: pa.RecordBatch, table, position: dict):
+        cfg = self.cfg.for_table(table)
+        return binlog.with_snapshot_columns(batch, cfg, self.schemas[table], position)

@@ -4,6 +4,7 @@ ROW format, FULL row images, replication privileges), each named when missing.""
 
 from __future__ import annotations
 
+from connectql.connectors.multitable import matching
 from connectql.connectors.mysql.client import connect, qualified, query
 from connectql.connectors.mysql.types import Column, spark_type
 from connectql.connectors.tablereader import Table
@@ -132,18 +133,39 @@ def check_table_readable(conn, database: str, table: str, where: str) -> None:
         raise PlanError(f"{where}: cannot read {database}.{table}: {_first_line(e)}") from None
 
 
-def discover(cfg, cdc: bool, where: str) -> Table:
-    """At CREATE: the source's columns and key, checking what change-data capture needs."""
+def discover(cfg, cdc: bool, where: str) -> list[Table]:
+    """At CREATE: the columns and key of each table the source reads, checking what
+    change-data capture needs."""
     from connectql.connectors.mysql.binlog import check_replication
 
     with connect(cfg.connection) as conn:
         if cdc:
             check_binlog(conn, where)
             check_replication(cfg, where)
-        t = describe_source(conn, cfg, where)
-        if not cfg.query:
-            check_table_readable(conn, cfg.schema, cfg.table, where)
-        return t
+        found = []
+        for table in tables_of(conn, cfg, where):
+            one = cfg.for_table(table)
+            found.append(describe_source(conn, one, where))
+            if not one.query:
+                check_table_readable(conn, one.schema, one.table, where)
+        return found
+
+
+def tables_of(conn, cfg, where: str) -> list[str | None]:
+    """The tables a source reads: its one table (None: its query), or those its patterns
+    match."""
+    if not cfg.patterns:
+        return [cfg.table]
+    names = query(
+        conn,
+        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s"
+        " AND TABLE_TYPE = 'BASE TABLE'",
+        (cfg.schema,),
+    )
+    try:
+        return matching([_text(r[0]) for r in names], cfg.patterns, f"database {cfg.schema}")
+    except PlanError as e:
+        raise PlanError(f"{where}: {e}") from None
 
 
 def describe_source(conn, cfg, where: str | None = None) -> Table:

@@ -124,17 +124,29 @@ def scan(conn, slot: str, limit: int, captured: set[str], target: int | None) ->
 # ------------------------------------------------------------------ reading a batch
 
 
-def read_changes(conn, cfg, schema: StructType, key, part) -> Iterator[pa.RecordBatch]:
-    """The captured changes of transactions committed in (part.lsn_from, part.lsn_to], in
-    commit order."""
+def decoded_name(schema: str, table: str) -> str:
+    """A table as logical decoding names it: schema.table."""
+    return f"{schema}.{table}"
+
+
+def read_changes(
+    conn, cfg, schemas: dict[str, StructType], keys: dict[str, list], part
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """(table, change rows) of the captured tables' changes in transactions committed in
+    (part.lsn_from, part.lsn_to], in commit order; `schemas` and `keys` by table."""
     lsn_from, lsn_to = part.log_from, part.log_to
     rows = conn.execute(
         "SELECT lsn::text, data FROM pg_logical_slot_peek_changes"
         f"(%s, %s::pg_lsn, NULL, {DECODE_OPTIONS})",
         (cfg.slot, lsn_text(lsn_to + 1)),
     )
-    table = cfg.qualified_table
-    builder = ChangeRows(schema, key, table, cfg.schema_change, _value)
+    builders = {
+        decoded_name(cfg.schema, t): (
+            t,
+            ChangeRows(schemas[t], keys[t], decoded_name(cfg.schema, t), cfg.schema_change, _value),
+        )
+        for t in schemas
+    }
     pending: list[Change] = []
     for lsn, data in rows:
         item = parse(data)
@@ -146,16 +158,18 @@ def read_changes(conn, cfg, schema: StructType, key, part) -> Iterator[pa.Record
             commit = lsn_int(lsn)
             if lsn_from < commit <= lsn_to:
                 for seq, change in enumerate(pending, start=1):
-                    if change.table == table:
+                    if change.table in builders:
+                        table, builder = builders[change.table]
                         meta = {"__ts_ms": item.ts_ms, "__pos": position(commit, seq)}
                         meta["__source"] = _source(
-                            cfg, False, commit_lsn=lsn_text(commit), xid=item.xid
+                            cfg.for_table(table), False, commit_lsn=lsn_text(commit), xid=item.xid
                         )
                         values, before = _untoasted(change)
                         builder.add(change.op, values, before, meta, change.types)
             pending = []
-    if builder.count:
-        yield builder.batch()
+    for table, builder in builders.values():
+        if builder.count:
+            yield table, builder.batch()
 
 
 def _source(cfg, snapshot: bool, **where) -> str:

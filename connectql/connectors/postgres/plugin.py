@@ -12,6 +12,7 @@ from connectql.connectors.dbsource import (
     config_fields,
     reader_spec,
     source_options,
+    table_place,
 )
 from connectql.connectors.options import Option
 from connectql.connectors.postgres.client import connection_config, split_table
@@ -62,13 +63,9 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
 
     where = "postgres source"
     check_source_options(opts, where)
-    schema, table = (
-        split_table(opts["table"], opts["schema"]) if opts.get("table") else (opts["schema"], None)
-    )
     cfg = ReaderConfig(
         connection=connection_config(opts),
-        schema=schema,
-        table=table,
+        **table_place(opts, "schema", split_table, where),
         slot=opts.get("slot.name") or "",
         **config_fields(opts),
     )
@@ -79,9 +76,13 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
 
 def count(cfg) -> int:
     from connectql.connectors.postgres.client import connect
+    from connectql.connectors.postgres.tables import tables_of
 
     with connect(cfg.connection, autocommit=True) as conn:
-        return conn.execute(f"SELECT count(*) FROM {cfg.relation()}").fetchone()[0]
+        return sum(
+            conn.execute(f"SELECT count(*) FROM {cfg.for_table(t).relation()}").fetchone()[0]
+            for t in tables_of(conn, cfg, "postgres source")
+        )
 
 
 def drop_source(opts: dict[str, Any], connector: str) -> str | None:

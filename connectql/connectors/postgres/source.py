@@ -35,11 +35,6 @@ class ReaderConfig(TableConfig):
             return f"({self.query}) q"
         return qualified(self.schema, self.table).as_string(None)
 
-    @property
-    def qualified_table(self) -> str:
-        """As logical decoding names it: schema.table."""
-        return f"{self.schema}.{self.table}"
-
 
 def default_slot(connector: str) -> str:
     """connectql_<connector>, in the characters a slot name may hold."""
@@ -56,14 +51,14 @@ class PostgresStreamReader(TableStreamReader):
     def is_closed(self, conn) -> bool:
         return conn.closed
 
-    def describe(self, conn) -> Table:
-        return describe_source(conn, self.cfg)
+    def describe(self, conn, table: str | None) -> Table:
+        return describe_source(conn, self.cfg.for_table(table))
 
     def dialect(self, conn, table: Table) -> PgDb:
         return PgDb(conn, {n: pg for n, pg, _s in table.columns})
 
-    def relation(self) -> str:
-        return self.cfg.relation()
+    def relation(self, table: str | None) -> str:
+        return self.cfg.for_table(table).relation()
 
     def log_start(self, conn) -> int:
         return cdc.ensure_slot(conn, self.cfg.slot)
@@ -72,15 +67,16 @@ class PostgresStreamReader(TableStreamReader):
         return cdc.current_lsn(conn)
 
     def log_scan(self, conn, start: int, target: int | None) -> Window:
-        captured = {self.cfg.qualified_table}
+        captured = {cdc.decoded_name(self.cfg.schema, t) for t in self.tables}
         return cdc.scan(conn, self.cfg.slot, self.cfg.batch_rows, captured, target)
 
     def log_done(self, conn, position: int) -> None:
         cdc.advance(conn, self.cfg.slot, position)
 
-    def log_read(self, conn, part: Range) -> Iterator[pa.RecordBatch]:
-        key = self._meta(conn).key
-        yield from cdc.read_changes(conn, self.cfg, self.schema, key, part)
+    def log_read(self, conn, part: Range) -> Iterator[tuple[str, pa.RecordBatch]]:
+        keys = {t: self.meta(conn, t).key for t in self.tables}
+        yield from cdc.read_changes(conn, self.cfg, self.schemas, keys, part)
 
-    def with_snapshot_columns(self, batch: pa.RecordBatch, position: int) -> pa.RecordBatch:
-        return cdc.with_snapshot_columns(batch, self.cfg, self.schema, position)
+    def with_snapshot_columns(self, batch: pa.RecordBatch, table, position: int):
+        cfg = self.cfg.for_table(table)
+        return cdc.with_snapshot_columns(batch, cfg, self.schemas[table], position)

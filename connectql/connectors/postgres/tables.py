@@ -3,6 +3,7 @@ primary key, looked up at CREATE (unsupported types and missing tables are named
 
 from __future__ import annotations
 
+from connectql.connectors.multitable import matching
 from connectql.connectors.postgres.client import connect
 from connectql.connectors.postgres.types import spark_type
 from connectql.connectors.tablereader import Table
@@ -76,12 +77,29 @@ def check_logical_decoding(conn, user: str | None, where: str) -> None:
         )
 
 
-def discover(cfg, cdc: bool, where: str) -> Table:
-    """At CREATE: the source's columns and key, checking what change-data capture needs."""
+def discover(cfg, cdc: bool, where: str) -> list[Table]:
+    """At CREATE: the columns and key of each table the source reads, checking what
+    change-data capture needs."""
     with connect(cfg.connection, autocommit=True) as conn:
         if cdc:
             check_logical_decoding(conn, cfg.connection.get("user"), where)
-        return describe_source(conn, cfg)
+        return [describe_source(conn, cfg.for_table(t)) for t in tables_of(conn, cfg, where)]
+
+
+def tables_of(conn, cfg, where: str) -> list[str | None]:
+    """The tables a source reads: its one table (None: its query), or those its patterns
+    match."""
+    if not cfg.patterns:
+        return [cfg.table]
+    names = conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+        " AND table_type = 'BASE TABLE'",
+        (cfg.schema,),
+    ).fetchall()
+    try:
+        return matching([r[0] for r in names], cfg.patterns, f"schema {cfg.schema}")
+    except PlanError as e:
+        raise PlanError(f"{where}: {e}") from None
 
 
 def describe_source(conn, cfg) -> Table:

@@ -10,15 +10,19 @@ import duckdb
 from connectql.catalog.streams import committed_files
 
 
-def wait_until(check, timeout: float = 60.0, every: float = 0.2, what: str = "condition"):
-    """Poll `check()` until it returns something truthy; fail the test after `timeout` seconds."""
+def wait_until(
+    check, timeout: float = 60.0, every: float = 0.2, what: str = "condition", diagnose=None
+):
+    """Poll `check()` until it returns something truthy; fail the test after `timeout` seconds
+    (saying what `diagnose()` returns then, when given)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    seen = f"; found {diagnose()}" if diagnose else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{seen}")
 
 
 def read_parquet_rows(path, sql: str = "SELECT count(*), count(DISTINCT id) FROM t"):

@@ -89,15 +89,14 @@ def to_union(batch: pa.RecordBatch, table: str, target: pa.Schema) -> pa.RecordB
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
-def select_table(df, table: str, schema: StructType):
-    """The rows of `table` from a union DataFrame, in its stream's columns (`schema`)."""
+def select_table(df, table: str):
+    """The rows of `table` from a union DataFrame, in its stream's columns."""
     from pyspark.sql import functions as F
 
     prefix = table + SEP
     cols = [
-        F.col(f"`{f.name}`")
-        if f.name in META_COLUMNS
-        else F.col(f"`{prefix}{f.name}`").alias(f.name)
-        for f in schema.fields
+        F.col(f"`{c}`").alias(c[len(prefix) :]) if c.startswith(prefix) else F.col(c)
+        for c in df.columns
+        if c.startswith(prefix) or c in META_COLUMNS
     ]
     return df.where(F.col(TABLE_COLUMN) == table).select(*cols)

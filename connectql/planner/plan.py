@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from connectql.catalog.redact import MASK
-from connectql.catalog.store import ConnectorEntry, StreamEntry
+from connectql.catalog.store import ConnectorEntry, StreamEntry, table_stream
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec, WriterSpec
 from connectql.connectors.options import duration_ms, is_secret_key, validate
@@ -37,6 +37,14 @@ class Plan:
     options: dict[str, Any] = field(default_factory=dict)  # validated, unresolved
     deadletter: str | None = None  # stream receiving bad records (errors.tolerance = 'all')
     deadletter_path: str | None = None
+    table_paths: dict[str, str] = field(default_factory=dict)  # several tables: table -> stream
+
+    @property
+    def streams(self) -> list[str]:
+        """The streams the connector reads or writes (less dead letters)."""
+        if self.table_paths:
+            return [table_stream(self.stream, t) for t in self.table_paths]
+        return [self.stream]
 
     def describe(self) -> list[tuple[str, str]]:
         """The plan as (step, detail) rows with secret values masked, for EXPLAIN."""
@@ -58,6 +66,15 @@ class Plan:
                     "SELECT "
                     + ", ".join(self.transform.projections)
                     + (f" WHERE {self.transform.where}" if self.transform.where else ""),
+                )
+            )
+        if self.table_paths:
+            rows.append(
+                (
+                    "tables",
+                    ", ".join(
+                        f"{t} -> {s}" for t, s in zip(self.table_paths, self.streams, strict=True)
+                    ),
                 )
             )
         rows += [
@@ -157,6 +174,7 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
         deadletter=deadletter,
         deadletter_path=ctx.stream_path(deadletter) if deadletter else None,
         options=options,
+        table_paths={t: ctx.stream_path(table_stream(stream, t)) for t in entry.tables},
     )
 
 

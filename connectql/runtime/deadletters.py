@@ -3,9 +3,12 @@ connector, the stage, the source offset, the error and the raw record."""
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 from pyspark.sql import functions as F
 
+from connectql.connectors.multitable import select_table
 from connectql.runtime.streamwriter import Output
 
 # the columns of every dead-letter stream: these text columns, then `time`
@@ -24,10 +27,16 @@ def with_file_column(df):
 
 
 def outputs(plan) -> list[Output]:
-    """Where a source's batch goes: the good rows to its stream; with a corrupt-record column,
+    """Where a source's batch goes: the good rows to its stream (a multi-table source's, each
+    table's rows to the table's stream); with a corrupt-record column,
     the records that did not parse to the dead-letter stream (or, with errors.tolerance =
     'none', nowhere: the reader fails on them instead)."""
     col = plan.reader.corrupt_column
+    if plan.table_paths:  # several tables: each table's rows to its own stream
+        return [
+            Output(path, functools.partial(select_table, table=t))
+            for t, path in plan.table_paths.items()
+        ]
     if not col:
         return [Output(plan.writer.path, lambda df: df)]
     good = Output(plan.writer.path, lambda df: df.where(F.col(col).isNull()).drop(col, FILE_COLUMN))

@@ -48,7 +48,7 @@ def show(worker, s: ast.Show) -> Result:
 
 
 def _writers(worker, stream: str) -> str:
-    return ", ".join(e.name for e in worker.catalog.connectors() if e.stream == stream)
+    return ", ".join(e.name for e in worker.catalog.connectors() if stream in e.streams)
 
 
 def describe(worker, s: ast.Describe) -> Result:
@@ -77,7 +77,8 @@ def _connector(worker, name: str) -> Result:
         ("name", e.name),
         ("kind", e.kind),
         ("type", e.type),
-        ("stream", e.stream),
+        ("stream", ", ".join(e.streams)),
+        *([("tables", ", ".join(e.tables))] if e.tables else []),
         *zip(keys, rows[0], strict=True),
         ("checkpoint", str(worker.home / "checkpoints" / name)),
     ]

@@ -1,4 +1,5 @@
-"""schema.change = 'evolve': a source met columns its stream lacks. The stream gains them (old
+"""schema.change = 'evolve': a source met columns its stream lacks. The stream (each stream of a
+multi-table source whose table changed) gains them (old
 files read them as NULL), the source restarts with the wider schema, and the running sinks of
 the stream restart so that they see the new columns too (upsert sinks add them to the target)."""
 
@@ -22,30 +23,45 @@ def widened(old: StructType, new: StructType) -> tuple[StructType, list[str]]:
 
 
 def evolve(worker, name: str, cause: str) -> bool:
-    """Widen the stream of source `name` and restart what reads or writes it; False when the
-    upstream table has nothing new (the failure is then an ordinary one)."""
-    from connectql.server.worker import schema_ddl
-
+    """Widen the streams of source `name` whose tables gained columns and restart what reads or
+    writes them; False when the upstream tables have nothing new (the failure is then an
+    ordinary one)."""
     entry = worker.catalog.get_connector(name)
     plan = worker._plan(entry)
     if plan.reader.discover is None:
         return False
-    ddl, key = plan.reader.discover()
-    stream = worker.catalog.get_stream(plan.stream)
-    old = StructType.fromJson(json.loads(stream.schema_json))
-    merged, added = widened(old, worker.engine.resolve_schema(ReaderSpec("parquet", schema=ddl)))
-    if not added:
+    found = {f.table: f for f in plan.reader.discover()}
+    tables = list(plan.table_paths) or [None]
+    widened_streams = [
+        w
+        for t, stream in zip(tables, plan.streams, strict=True)
+        if t in found and (w := _widen(worker, stream, found[t]))
+    ]
+    if not widened_streams:
         return False
-    worker.catalog.set_stream_schema(stream.name, schema_ddl(merged), merged.json(), key)
-    reason = f"schema evolved: stream {stream.name} gained column(s) {', '.join(added)}"
+    reason = "schema evolved: " + "; ".join(
+        f"stream {s} gained column(s) {', '.join(added)}" for s, added in widened_streams
+    )
     worker.catalog.set_state(name, states.RESTARTING, reason, error=cause)
     worker._launch(name, reason, worker._bound_plan(worker.catalog.get_connector(name)))
+    changed = {s for s, _added in widened_streams}
     for sink in worker.catalog.connectors():
-        if (
-            sink.kind == "sink"
-            and sink.stream == stream.name
-            and worker.engine.is_active(sink.name)
-        ):
+        if sink.kind == "sink" and sink.stream in changed and worker.engine.is_active(sink.name):
             worker._stop(sink.name, states.STOPPED, reason)
             worker._start(worker.catalog.get_connector(sink.name), reason)
     return True
+
+
+def _widen(worker, name: str, found) -> tuple[str, list[str]] | None:
+    """Give stream `name` the columns of `found` (a table's discovery) it lacks:
+    (stream, added columns), or None when it has them all."""
+    from connectql.server.worker import schema_ddl
+
+    stream = worker.catalog.get_stream(name)
+    old = StructType.fromJson(json.loads(stream.schema_json))
+    new = worker.engine.resolve_schema(ReaderSpec("parquet", schema=found.ddl))
+    merged, added = widened(old, new)
+    if not added:
+        return None
+    worker.catalog.set_stream_schema(name, schema_ddl(merged), merged.json(), found.key)
+    return name, added

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from connectql.catalog import states
+from connectql.connectors.multitable import patterns
 from connectql.errors import ConnectQLError, PlanError
 from connectql.server.results import Result
 
@@ -74,6 +75,12 @@ def alter(worker, name: str, changes: dict[str, Any]) -> Result:
     updated = replace(
         entry, options={**entry.options, **{k.lower(): v for k, v in changes.items()}}
     )
+    if entry.tables or patterns(updated.options.get("table")):
+        if updated.options.get("table") != entry.options.get("table"):
+            raise PlanError(
+                f"ALTER CONNECTOR cannot change the tables of multi-table connector '{name}'"
+                " (each has its own stream): drop and re-create it instead"
+            )
     plan = worker._plan(updated)
     if plan.kind == "source":
         worker.check_stream_schema(plan)

@@ -3,19 +3,23 @@ of the connector language, keeping each connector's state the truth about its qu
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from dataclasses import replace
 from pathlib import Path
 
+from pyspark.sql.types import StructType
+
 from connectql.catalog import states
 from connectql.catalog.query import run_select
 from connectql.catalog.redact import redact_value, scrub
 from connectql.catalog.secrets import SecretStore
-from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
+from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry, table_stream
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.common import SOURCE_COMMON
+from connectql.connectors.multitable import union_schema
 from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.grammar import ast
@@ -38,8 +42,6 @@ def schema_ddl(struct) -> str:
 
 
 def schema_diff(old_json: str, new) -> str:
-    import json
-
     old = {
         f["name"]: f["type"] if isinstance(f["type"], str) else json.dumps(f["type"])
         for f in json.loads(old_json)["fields"]
@@ -185,7 +187,13 @@ class Worker:
             created_streams = self._bind_deadletters(plan)
         if plan.writer.check:
             plan.writer.check(self.engine.sink_schema(plan))
-        entry = replace(entry, type=plan.type, stream=plan.stream, tasks=plan.tasks)
+        entry = replace(
+            entry,
+            type=plan.type,
+            stream=plan.stream,
+            tasks=plan.tasks,
+            tables=tuple(plan.table_paths),
+        )
         try:
             self.catalog.add_connector(entry)
             if plan.initial_state == "paused":
@@ -221,16 +229,31 @@ class Worker:
     def _plan(self, entry: ConnectorEntry) -> Plan:
         return build_plan(entry, self._context())
 
-    def check_stream_schema(self, plan: Plan):
-        """The source plan with its schema resolved, and that schema (a StructType); an error
-        naming the differences if the plan's stream already has another schema."""
-        if plan.reader.discover and not plan.reader.schema:
-            ddl, key = plan.reader.discover()
-            plan = replace(plan, reader=replace(plan.reader, schema=ddl, key=key))
+    def check_stream_schema(self, plan: Plan) -> tuple[Plan, list[tuple]]:
+        """The source plan with its schema resolved (and a multi-table source's tables), and
+        what each of its streams gets: (stream, path, StructType, key); an error naming the
+        differences if a stream already has another schema."""
+        found = plan.reader.discover() if plan.reader.discover and not plan.reader.schema else []
+        if found and found[0].table is not None:
+            return self._check_tables(plan, found)
+        if found:
+            plan = replace(plan, reader=replace(plan.reader, schema=found[0].ddl, key=found[0].key))
         struct = self.engine.resolve_schema(plan.reader)
         plan = replace(plan, reader=replace(plan.reader, schema=schema_ddl(struct)))
         self._check_schema(plan.stream, struct, plan.connector)
-        return plan, struct
+        return plan, [(plan.stream, plan.writer.path, struct, plan.reader.key)]
+
+    def _check_tables(self, plan: Plan, found: list) -> tuple[Plan, list[tuple]]:
+        ctx = self._context()
+        paths = {f.table: ctx.stream_path(table_stream(plan.stream, f.table)) for f in found}
+        plan = replace(plan, table_paths=paths)
+        parts = []
+        for f, name in zip(found, plan.streams, strict=True):
+            struct = self.engine.resolve_schema(ReaderSpec("parquet", schema=f.ddl))
+            self._check_schema(name, struct, plan.connector)
+            parts.append((name, plan.table_paths[f.table], struct, f.key))
+        union = union_schema([(f.table, p[2]) for f, p in zip(found, parts, strict=True)])
+        return replace(plan, reader=replace(plan.reader, schema=schema_ddl(union))), parts
 
     def _check_schema(self, stream_name: str, struct, connector: str) -> None:
         stream = self.catalog.find_stream(stream_name)
@@ -245,10 +268,10 @@ class Worker:
         """Record the source's schema on its stream (and the dead-letter schema on its
         dead-letter stream), creating streams that are new. Returns the plan with the resolved
         schema, and the names of the streams created."""
-        plan, struct = self.check_stream_schema(plan)
-        created = self._register(
-            plan.stream, plan.writer.path, struct, plan.connector, plan.reader.key
-        )
+        plan, parts = self.check_stream_schema(plan)
+        created = []
+        for name, path, struct, key in parts:
+            created += self._register(name, path, struct, plan.connector, key)
         return plan, created + self._bind_deadletters(plan)
 
     def _bind_deadletters(self, plan: Plan) -> list[str]:
@@ -298,17 +321,26 @@ class Worker:
                 self.catalog.set_state(name, states.RUNNING, "query started")
 
     def _bound_plan(self, entry: ConnectorEntry) -> Plan:
+        """The plan, a source's reader given its streams' schemas (which evolve)."""
         plan = self._plan(entry)
-        if plan.kind == "source":
-            stream = self.catalog.get_stream(plan.stream)
-            plan = replace(plan, reader=replace(plan.reader, schema=stream.schema))
-        return plan
+        if plan.kind != "source":
+            return plan
+        if not plan.table_paths:
+            schema = self.catalog.get_stream(plan.stream).schema
+        else:
+            streams = [self.catalog.get_stream(s) for s in plan.streams]
+            parts = [
+                (t, StructType.fromJson(json.loads(s.schema_json)))
+                for t, s in zip(plan.table_paths, streams, strict=True)
+            ]
+            schema = schema_ddl(union_schema(parts))
+        return replace(plan, reader=replace(plan.reader, schema=schema))
 
     def _wait_for_feeders(self, stream: str) -> None:
         feeders = [
             n
             for n, p in list(self.engine.plans.items())
-            if p.kind == "source" and p.stream == stream and p.run == "once"
+            if p.kind == "source" and stream in p.streams and p.run == "once"
         ]
         self.wait_for_once(feeders)
 
@@ -413,7 +445,7 @@ class Worker:
         users = [
             e.name
             for e in self.catalog.connectors()
-            if s.name in (e.stream, e.options.get("errors.deadletter.stream"))
+            if s.name in (*e.streams, e.options.get("errors.deadletter.stream"))
         ]
         if users:
             raise CatalogError(

@@ -1,0 +1,275 @@
+"""Sources of several tables (`table` as a comma list or patterns), against real servers: each
+table's rows in a stream of its own, snapshots table after table then one change log for all,
+schema evolution per table, and the errors of a list that matches nothing."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import duckdb
+import psycopg
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import StructType
+
+from connectql.connectors import multitable
+from connectql.errors import ConnectQLError, PlanError
+from tests.helpers import read_parquet_rows, run, wait_until
+from tests.mariadbserver import mariadb_binlog  # noqa: F401 (fixture)
+from tests.test_mysql import binlog_db, pg_db, pg_rows, streaming  # noqa: F401 (fixtures)
+from tests.test_postgres import cdc_dbs, connection, db, sql  # noqa: F401 (fixtures)
+
+# ------------------------------------------------------------------ the pieces, without servers
+
+
+def test_which_table_values_name_several_tables():
+    assert multitable.patterns("orders") == ()
+    assert multitable.patterns("shop.orders") == ()
+    assert multitable.patterns("orders, customers") == ("orders", "customers")
+    assert multitable.patterns("order%") == ("order%",)
+    assert multitable.patterns("orders,") == ("orders",)
+    names = ["orders", "order_lines", "customers", "audit"]
+    got = multitable.matching(names, ("customers", "order*"), "database shop")
+    assert got == ["customers", "order_lines", "orders"]
+    assert multitable.matching(names, ("ord?rs", "orders"), "x") == ["orders"]
+    with pytest.raises(PlanError, match=r"table = 'invoice\*' matches no table in database shop"):
+        multitable.matching(names, ("orders", "invoice*"), "database shop")
+
+
+def test_a_union_schema_splits_back_into_each_tables_schema(spark):
+    orders = StructType.fromDDL("id BIGINT, amount DECIMAL(12,2), __op STRING, __pos STRING")
+    lines = StructType.fromDDL("id INT, sku STRING, __op STRING, __pos STRING")
+    union = multitable.union_schema([("orders", orders), ("lines", lines)])
+    assert union.fieldNames() == [
+        "__table", "orders/id", "orders/amount", "lines/id", "lines/sku", "__op", "__pos",
+    ]  # fmt: skip
+    parts = multitable.split_union(union)
+    assert [p.simpleString() for p in parts.values()] == [
+        orders.simpleString(), lines.simpleString()
+    ]  # fmt: skip
+    assert multitable.split_union(orders) is None
+    batch = pa.RecordBatch.from_pydict(
+        {"id": pa.array([7], pa.int32()), "sku": ["x"], "__op": ["c"], "__pos": ["p"]}
+    )
+    target = pa.schema(
+        [("__table", pa.string()), ("orders/id", pa.int64()), ("orders/amount", pa.decimal128(12, 2)),
+         ("lines/id", pa.int32()), ("lines/sku", pa.string()), ("__op", pa.string()),
+         ("__pos", pa.string())]
+    )  # fmt: skip
+    row = multitable.to_union(batch, "lines", target).to_pylist()
+    assert row == [
+        {"__table": "lines", "orders/id": None, "orders/amount": None, "lines/id": 7,
+         "lines/sku": "x", "__op": "c", "__pos": "p"}
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------ MariaDB: cdc
+
+
+def stream_rows(worker, stream: str, query: str):
+    try:
+        return read_parquet_rows(worker.home / "streams" / stream, query)
+    except duckdb.BinderException:  # a column not in any committed file yet
+        return None
+
+
+def test_mysql_cdc_of_several_tables_keeps_each_target_equal(worker, binlog_db, pg_db):  # noqa: F811
+    """Three tables matched by a list with a pattern (a fourth is left out), changed during the
+    snapshot and after it, each synchronised to PostgreSQL through its own stream; a column
+    added to one table widens that table's stream only."""
+    binlog_db.sql(
+        "CREATE TABLE orders (id INT PRIMARY KEY, amount DECIMAL(10,2), note VARCHAR(20))"
+    )
+    binlog_db.sql(
+        "CREATE TABLE order_lines (order_id INT, line INT, sku VARCHAR(8), PRIMARY KEY (order_id, line))"
+    )
+    binlog_db.sql("CREATE TABLE customers (id BIGINT PRIMARY KEY, name VARCHAR(20))")
+    binlog_db.sql("CREATE TABLE audit (at DATETIME, what VARCHAR(20))")
+    binlog_db.sql("INSERT INTO orders SELECT seq, seq * 1.5, 'o' FROM seq_1_to_3000")
+    binlog_db.sql("INSERT INTO order_lines SELECT seq DIV 3, seq MOD 3, 'sku' FROM seq_3_to_2999")
+    binlog_db.sql("INSERT INTO customers SELECT seq, CONCAT('c', seq) FROM seq_1_to_500")
+    pg_name, pg_info = pg_db
+    target = f"host = '127.0.0.1', database = '{pg_name}'"
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR shop FROM mysql INTO shop WITH ({binlog_db.options()},
+          table = 'orders, order_lines, cust*', 'batch.rows' = 700);
+        CREATE SINK CONNECTOR o TO postgres FROM shop_orders WITH ({target}, table = 'orders');
+        CREATE SINK CONNECTOR l TO postgres FROM shop_order_lines WITH ({target}, table = 'lines');
+        CREATE SINK CONNECTOR c TO postgres FROM shop_customers WITH ({target}, table = 'customers');
+        """,
+    )
+    entry = worker.catalog.get_connector("shop")
+    assert entry.tables == ("orders", "order_lines", "customers")
+    assert entry.streams == ["shop_orders", "shop_order_lines", "shop_customers"]
+    for statement in (  # during the snapshot
+        "UPDATE orders SET note = 'during' WHERE id % 7 = 0",
+        "DELETE FROM order_lines WHERE order_id < 50",
+        "INSERT INTO customers VALUES (501, 'new'), (502, 'newer')",
+        "INSERT INTO audit VALUES (NOW(), 'not captured')",
+    ):
+        binlog_db.sql(statement)
+    wait_until(lambda: streaming(worker, "shop"), timeout=120, what="the snapshots to end")
+    for statement in (  # after it
+        "UPDATE orders SET id = id + 10000 WHERE id % 100 = 0",
+        "UPDATE orders SET note = 'after' WHERE id % 11 = 0",
+        "INSERT INTO order_lines VALUES (5000, 1, 'late')",
+        "UPDATE customers SET name = 'renamed' WHERE id < 10",
+        "DELETE FROM customers WHERE id = 502",
+    ):
+        binlog_db.sql(statement)
+    for table, target_table, order in (
+        ("orders", "orders", "id"),
+        ("order_lines", "lines", "order_id, line"),
+        ("customers", "customers", "id"),
+    ):
+        cols = {"orders": "id, amount, note", "order_lines": "order_id, line, sku"}.get(
+            table, "id, name"
+        )
+        want = [tuple(r) for r in binlog_db.sql(f"SELECT {cols} FROM {table} ORDER BY {order}")]
+        query = f"SELECT {cols} FROM {target_table} ORDER BY {order}"
+        wait_until(
+            lambda q=query, w=want: [tuple(r) for r in pg_rows(pg_info, q) or []] == w,
+            timeout=120,
+            what=f"{target_table} equal to {table}",
+        )
+    tagged = stream_rows(
+        worker, "shop_customers", "SELECT DISTINCT json_extract_string(__source, '$.table') FROM t"
+    )
+    assert tagged == [("customers",)]
+    ops = dict(stream_rows(worker, "shop_orders", "SELECT __op, count(*) FROM t GROUP BY 1"))
+    assert set(ops) == {"r", "u", "c", "d"}, ops  # an id change: a delete and an insert
+    assert not (worker.home / "streams/shop_audit").exists()
+
+    binlog_db.sql("ALTER TABLE customers ADD COLUMN tier INT")
+    binlog_db.sql("INSERT INTO customers VALUES (600, 'tiered', 3)")
+    wait_until(
+        lambda: (
+            stream_rows(worker, "shop_customers", "SELECT tier FROM t WHERE id = 600") == [(3,)]
+        ),
+        timeout=120,
+        what="customers' stream to gain tier",
+    )
+    assert "`tier`" not in worker.catalog.get_stream("shop_orders").schema
+    binlog_db.sql("INSERT INTO orders VALUES (9999, 1, 'after')")
+    wait_until(
+        lambda: pg_rows(pg_info, "SELECT note FROM orders WHERE id = 9999") == [("after",)],
+        timeout=90,
+        what="orders still flowing after the restart",
+    )
+    assert worker.catalog.get_connector("shop").state == "RUNNING"
+    described = dict(run(worker, "DESCRIBE CONNECTOR shop")[0].rows)
+    assert described["tables"] == "orders, order_lines, customers"
+
+
+# ------------------------------------------------------------------ PostgreSQL: cdc, incremental
+
+
+def test_postgres_cdc_of_a_keyed_and_a_keyless_table(worker, pg_logical, cdc_dbs):  # noqa: F811
+    (src, src_info), (dst, dst_info) = cdc_dbs
+    sql(src_info, "CREATE TABLE a (id int PRIMARY KEY, v text)")
+    sql(src_info, "CREATE TABLE b (n int, msg text)")  # no primary key: one snapshot chunk
+    sql(src_info, "INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 2000) g")
+    sql(src_info, "INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 300) g")
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR two FROM postgres INTO pg WITH ({connection(pg_logical, src)},
+          table = 'a,b', 'batch.rows' = 800);
+        CREATE SINK CONNECTOR a_out TO postgres FROM pg_a WITH ({connection(pg_logical, dst)},
+          table = 'a');
+        """,
+    )
+    wait_until(
+        lambda: worker.catalog.query("SELECT 1 FROM connector_offsets WHERE connector = 'two'")[1],
+        timeout=60,
+        what="the slot and the first snapshot chunk",
+    )  # the changes below come after the slot's start: they arrive as changes
+    sql(src_info, "UPDATE a SET v = 'changed' WHERE id <= 10")
+    sql(src_info, "INSERT INTO b VALUES (301, 'late'), (302, 'later')")
+    sql(src_info, "DELETE FROM a WHERE id > 1990")
+    want = sql(src_info, "SELECT id, v FROM a ORDER BY id")
+    wait_until(
+        lambda: _pg(dst_info, "SELECT id, v FROM a ORDER BY id") == want,
+        timeout=120,
+        what="a's target equal to a",
+    )
+    wait_until(
+        lambda: stream_rows(worker, "pg_b", "SELECT count(*) FROM t WHERE __op = 'c'") == [(2,)],
+        timeout=60,
+        what="b's inserts",
+        diagnose=lambda: (
+            stream_rows(worker, "pg_b", "SELECT __op, count(*) FROM t GROUP BY 1"),
+            worker.catalog.query("SELECT committed_offset FROM connector_offsets")[1],
+        ),
+    )
+    snapshot = stream_rows(
+        worker, "pg_b", "SELECT min(n), count(DISTINCT n) FROM t WHERE __op = 'r'"
+    )
+    assert snapshot in ([(1, 300)], [(1, 302)])  # the late rows too if b's snapshot came after
+    offsets = worker.catalog.query("SELECT committed_offset FROM connector_offsets")[1]
+    assert json.loads(offsets[0][0])["phase"] == "stream"
+
+
+def _pg(info: str, query: str):
+    with psycopg.connect(info, autocommit=True) as c:
+        try:
+            return c.execute(query).fetchall()
+        except psycopg.errors.UndefinedTable:
+            return None
+
+
+def test_incremental_polling_of_tables_matched_by_a_pattern(worker, pg_shared, db):  # noqa: F811
+    name, info = db
+    for t in ("ev_1", "ev_2"):
+        sql(info, f"CREATE TABLE {t} (id serial PRIMARY KEY, body text)")
+    sql(info, "CREATE TABLE other (id serial PRIMARY KEY)")
+    sql(info, "INSERT INTO ev_1 (body) SELECT 'x' FROM generate_series(1, 300)")
+    sql(info, "INSERT INTO ev_2 (body) SELECT 'y' FROM generate_series(1, 120)")
+    run(
+        worker,
+        f"""CREATE SOURCE CONNECTOR poll FROM postgres INTO evs WITH ({connection(pg_shared, name)},
+          table = 'ev_%', mode = 'incremental', 'incrementing.column' = 'id',
+          'poll.interval.ms' = 200, 'batch.rows' = 100)""",
+    )
+
+    def counts():
+        return [
+            (stream_rows(worker, s, "SELECT count(*), count(DISTINCT id) FROM t") or [(0, 0)])[0]
+            for s in ("evs_ev_1", "evs_ev_2")
+        ]
+
+    wait_until(lambda: counts() == [(300, 300), (120, 120)], 90, what="the first polls")
+    sql(info, "INSERT INTO ev_2 (body) SELECT 'z' FROM generate_series(1, 30)")
+    wait_until(lambda: counts() == [(300, 300), (150, 150)], 60, what="new rows of ev_2")
+    time.sleep(1)
+    assert counts() == [(300, 300), (150, 150)]
+    assert not (worker.home / "streams/evs_other").exists()
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_a_table_list_that_matches_nothing_or_spans_schemas_changes_nothing(worker, pg_shared, db):  # noqa: F811
+    name, info = db
+    sql(info, "CREATE TABLE ev_1 (id serial PRIMARY KEY)")
+    base = f"{connection(pg_shared, name)}, mode = 'incremental', 'incrementing.column' = 'id'"
+    with pytest.raises(PlanError, match=r"table = 'nope\*' matches no table in schema public"):
+        run(
+            worker,
+            f"CREATE SOURCE CONNECTOR x FROM postgres INTO s WITH ({base}, table = 'ev_1, nope*')",
+        )
+    with pytest.raises(PlanError, match="must be in one schema"):
+        run(
+            worker,
+            f"CREATE SOURCE CONNECTOR x FROM postgres INTO s WITH ({base}, table = 'a.t, b.u')",
+        )
+    assert worker.catalog.connectors() == [] and worker.catalog.streams() == []
+    run(worker, f"CREATE SOURCE CONNECTOR x FROM postgres INTO s WITH ({base}, table = 'ev_*')")
+    assert [s.name for s in worker.catalog.streams()] == ["s_ev_1"]
+    with pytest.raises(ConnectQLError, match="cannot change the tables"):
+        run(worker, "ALTER CONNECTOR x SET (table = 'ev_1, ev_2')")
+    with pytest.raises(ConnectQLError, match="used by connectors x"):
+        run(worker, "DROP STREAM s_ev_1")

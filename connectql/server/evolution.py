@@ -1,7 +1,7 @@
-"""schema.change = 'evolve': a source met columns its stream lacks. The stream (each stream of a
-multi-table source whose table changed) gains them (old
-files read them as NULL), the source restarts with the wider schema, and the running sinks of
-the stream restart so that they see the new columns too (upsert sinks add them to the target)."""
+"""schema.change = 'evolve': a source met columns its stream lacks. The stream (of a multi-table
+source, each stream whose table changed) gains them (old files read them as NULL), the source
+restarts with the wider schema, and the running sinks of the stream restart so that they see the
+new columns too (upsert sinks add them to the target)."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ class MysqlStreamReader(TableStreamReader):
     config_class = ReaderConfig
     LOG_KEY = "binlog"
     _scanner: binlog.Scanner | None = None
+    _tailer: binlog.Tailer | None = None
 
     def connect(self):
         return connect(self.cfg.connection, conv=RAW)
@@ -59,9 +60,21 @@ class MysqlStreamReader(TableStreamReader):
         return binlog.current(conn)
 
     def log_scan(self, conn, start: dict, target: dict | None) -> Window:
-        if self._scanner is None:
-            self._scanner = binlog.Scanner(self._walker(conn, reader=0))
-        return self._scanner.scan(start, self.cfg.batch_rows, target, conn)
+        if target is not None:  # available-now: walk to the target now, not as a tailer goes
+            if self._scanner is None:
+                self._scanner = binlog.Scanner(self._walker(conn, reader=0))
+            return self._scanner.scan(start, self.cfg.batch_rows, target, conn)
+        if self._tailer is None or not self._tailer.covers(start):
+            if self._tailer is not None:
+                self._tailer.close()
+            walker = self._walker(conn, reader=0)
+            self._tailer = binlog.Tailer(walker, start, self.cfg.batch_rows)
+        return self._tailer.window(start)
+
+    def stop(self) -> None:
+        if self._tailer is not None:
+            self._tailer.close()
+        super().stop()
 
     def log_order(self, position: dict):
         return binlog.order(position)

@@ -307,6 +307,34 @@ def test_schema_change_modes_while_streaming(worker, binlog_db):
     assert "SchemaChanged" in error and "new column(s) b" in error and "t" in error
 
 
+def test_a_paused_cdc_source_leaves_no_binlog_dump_behind(worker, binlog_db):
+    """While streaming, a thread follows the binlog over a dump that stays open; once the
+    connector is paused no dump is left on the server (one left behind would fight the next
+    for its server id), and resuming follows the log again."""
+
+    def dumps() -> int:
+        query = (
+            "SELECT count(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'"
+        )
+        return binlog_db.sql(query)[0][0]
+
+    binlog_db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    run(
+        worker,
+        f"CREATE SOURCE CONNECTOR s FROM mysql INTO t WITH ({binlog_db.options()}, table = 't')",
+    )
+    wait_until(lambda: streaming(worker, "s"), timeout=90, what="the stream phase")
+    binlog_db.sql("INSERT INTO t VALUES (1)")
+    stream = worker.home / "streams/t"
+    wait_until(lambda: read_parquet_rows(stream, "SELECT count(*) FROM t") == [(1,)], timeout=60)
+    assert dumps() >= 1
+    run(worker, "PAUSE CONNECTOR s")
+    wait_until(lambda: dumps() == 0, timeout=15, what="the binlog dump to end", diagnose=dumps)
+    run(worker, "RESUME CONNECTOR s")
+    binlog_db.sql("INSERT INTO t VALUES (2)")
+    wait_until(lambda: read_parquet_rows(stream, "SELECT count(*) FROM t") == [(2,)], timeout=60)
+
+
 def test_a_purged_binlog_fails_the_connector_and_reset_starts_over(worker, binlog_db):
     binlog_db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
     binlog_db.sql("INSERT INTO t VALUES (1), (2)")

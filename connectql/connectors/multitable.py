@@ -19,12 +19,10 @@ SEP = "/"
 def patterns(table: str | None) -> tuple[str, ...]:
     """The items of a `table` value that names several tables (a comma list, or one pattern
     with * ? or %); () when it names one table."""
-    if not table:
+    text = str(table or "")
+    if not any(c in text for c in "*?%,"):
         return ()
-    items = tuple(t.strip() for t in str(table).split(",") if t.strip())
-    if len(items) > 1 or any(c in str(table) for c in "*?%,"):
-        return items
-    return ()
+    return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
 def matching(names: list[str], items: tuple[str, ...], where: str) -> list[str]:

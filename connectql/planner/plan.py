@@ -110,6 +110,10 @@ class PlanContext:
     def stream_path(self, name: str) -> str:
         return str(self.home / "streams" / name)
 
+    def table_paths(self, stream: str, tables) -> dict[str, str]:
+        """Where a multi-table source into `stream` writes each table's rows."""
+        return {t: self.stream_path(table_stream(stream, t)) for t in tables}
+
     def checkpoint(self, connector: str) -> str:
         return str(self.home / "checkpoints" / connector)
 
@@ -174,7 +178,7 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
         deadletter=deadletter,
         deadletter_path=ctx.stream_path(deadletter) if deadletter else None,
         options=options,
-        table_paths={t: ctx.stream_path(table_stream(stream, t)) for t in entry.tables},
+        table_paths=ctx.table_paths(stream, entry.tables),
     )
 
 

@@ -15,7 +15,7 @@ from connectql.catalog import states
 from connectql.catalog.query import run_select
 from connectql.catalog.redact import redact_value, scrub
 from connectql.catalog.secrets import SecretStore
-from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry, table_stream
+from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.common import SOURCE_COMMON
@@ -244,8 +244,7 @@ class Worker:
         return plan, [(plan.stream, plan.writer.path, struct, plan.reader.key)]
 
     def _check_tables(self, plan: Plan, found: list) -> tuple[Plan, list[tuple]]:
-        ctx = self._context()
-        paths = {f.table: ctx.stream_path(table_stream(plan.stream, f.table)) for f in found}
+        paths = self._context().table_paths(plan.stream, [f.table for f in found])
         plan = replace(plan, table_paths=paths)
         parts = []
         for f, name in zip(found, plan.streams, strict=True):

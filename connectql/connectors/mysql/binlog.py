@@ -241,6 +241,7 @@ class Tailer:
     def __init__(self, walker: Walker, origin: dict, limit: int):
         self.walker, self.origin, self.limit = walker, origin, limit
         self.noted: list[tuple[dict, int]] = []  # (end, captured rows) of relevant transactions
+        self.rows = 0  # the captured rows in `noted`
         self.last: dict | None = None  # the end of the last transaction seen
         self.error: Exception | None = None
         self._closed = False
@@ -256,15 +257,12 @@ class Tailer:
                         self.last = txn.end
                         if txn.changes:
                             self.noted.append((txn.end, len(txn.changes)))
-                    while self._ahead() and not self._closed:
+                            self.rows += len(txn.changes)
+                    while self.rows > self.AHEAD * self.limit and not self._closed:
                         time.sleep(0.05)
         except Exception as e:
             if not self._closed:
                 self.error = e
-
-    def _ahead(self) -> bool:
-        with self._lock:
-            return sum(n for _end, n in self.noted) > self.AHEAD * self.limit
 
     def covers(self, start: dict) -> bool:
         return not self._closed and order(self.origin) <= order(start)
@@ -275,6 +273,7 @@ class Tailer:
             raise self.error
         with self._lock:
             self.noted = [(end, n) for end, n in self.noted if order(end) > order(start)]
+            self.rows = sum(n for _end, n in self.noted)
             relevant, rows, full = None, 0, False
             for end, n in self.noted:
                 relevant, rows = end, rows + n
@@ -308,15 +307,16 @@ def read_changes(
         t: ChangeRows(schemas[t], keys[t], f"{cfg.schema}.{t}", cfg.schema_change, _value)
         for t in schemas
     }
+    cfgs = {t: cfg.for_table(t) for t in schemas}
     end = order(part.log_to)
     for txn in walker.transactions(part.log_from, conn):
         if order(txn.end) > end:
             break
+        types = {t: {c.name: c.column_type for c in walker.columns[t]} for t in schemas}
         for seq, (table, op, values, before) in enumerate(txn.changes, start=1):
-            types = {c.name: c.column_type for c in walker.columns[table]}
             meta = {"__ts_ms": txn.ts_ms, "__pos": text_pos(txn.end, seq)}
-            meta["__source"] = source(cfg.for_table(table), False, **txn.end, gtid=txn.gtid)
-            rows[table].add(op, values, before, meta, types)
+            meta["__source"] = source(cfgs[table], False, **txn.end, gtid=txn.gtid)
+            rows[table].add(op, values, before, meta, types[table])
         if order(txn.end) == end:
             break
     for table, built in rows.items():

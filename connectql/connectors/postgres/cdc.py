@@ -142,7 +142,7 @@ def read_changes(
     )
     builders = {
         decoded_name(cfg.schema, t): (
-            t,
+            cfg.for_table(t),
             ChangeRows(schemas[t], keys[t], decoded_name(cfg.schema, t), cfg.schema_change, _value),
         )
         for t in schemas
@@ -159,17 +159,17 @@ def read_changes(
             if lsn_from < commit <= lsn_to:
                 for seq, change in enumerate(pending, start=1):
                     if change.table in builders:
-                        table, builder = builders[change.table]
+                        one, builder = builders[change.table]
                         meta = {"__ts_ms": item.ts_ms, "__pos": position(commit, seq)}
                         meta["__source"] = _source(
-                            cfg.for_table(table), False, commit_lsn=lsn_text(commit), xid=item.xid
+                            one, False, commit_lsn=lsn_text(commit), xid=item.xid
                         )
                         values, before = _untoasted(change)
                         builder.add(change.op, values, before, meta, change.types)
             pending = []
-    for table, builder in builders.values():
+    for one, builder in builders.values():
         if builder.count:
-            yield table, builder.batch()
+            yield one.table, builder.batch()
 
 
 def _source(cfg, snapshot: bool, **where) -> str:

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -275,6 +276,7 @@ def dead_letters(s: SinkSettings, batch_id: int, rejected, describe) -> pa.Table
 class Staged(WriterCommitMessage):
     table: str | None  # None: the batch was committed before (a replay); nothing staged
     rows: int
+    ops: tuple[str, ...] = ()  # the distinct __op values among the rows (none: no __op column)
 
 
 class Target:
@@ -457,9 +459,17 @@ class Target:
             if self.committed(conn) >= batch_id:
                 return Staged(None, 0)
             self.execute(conn, f"DROP TABLE IF EXISTS {self.table(name)}")
-            selected = (rb.select(self.names) for rb in batches)
-            rows = self.load(conn, name, selected, partition << 40)
-        return Staged(name, rows)
+            ops: set[str] = set()
+            rows = self.load(conn, name, self._selected(batches, ops), partition << 40)
+        return Staged(name, rows, tuple(sorted(ops)))
+
+    def _selected(self, batches, ops: set[str]):
+        """The staged columns of each batch, noting the change kinds (__op) they hold."""
+        for rb in batches:
+            rb = rb.select(self.names)
+            if "__op" in self.names:
+                ops.update(str(op) for op in pc.unique(rb.column("__op")).to_pylist())
+            yield rb
 
     def commit(self, messages: list[Staged | None], batch_id: int) -> None:
         stages = staged_tables(messages)
@@ -467,7 +477,7 @@ class Target:
             with self.transaction(conn):
                 if self.committed(conn, lock=True) < batch_id:
                     if stages:
-                        self.apply(conn, stages, batch_id)
+                        self.apply(conn, stages, batch_id, inserts_only(messages))
                     self.execute(
                         conn, self.record_sql(), (self.s.writer_id, self.s.connector, batch_id)
                     )
@@ -502,13 +512,14 @@ class Target:
     def union(self, stages: list[str]) -> str:
         return " UNION ALL ".join(f"SELECT * FROM {self.table(t)}" for t in stages)
 
-    def apply(self, conn, stages: list[str], batch_id: int) -> None:
-        """Merge the batch; with a dead-letter stream, rows the target rejects go there (in the
-        same commit, before the batch counts as done) and the others are written."""
+    def apply(self, conn, stages: list[str], batch_id: int, fresh: bool = False) -> None:
+        """Merge the batch (`fresh`: only reads and inserts, so try a plain insert first); with a
+        dead-letter stream, rows the target rejects go there (in the same commit, before the
+        batch counts as done) and the others are written."""
         source = self.union(stages)
         try:
             with self.savepoint(conn):  # a rejected batch leaves nothing behind
-                self.merge(conn, source)
+                self.merge(conn, source, fresh)
         except Exception as e:
             if not (self.s.deadletter and self.rejects(e)):
                 raise
@@ -538,10 +549,11 @@ class Target:
 
         return isolate(total, attempt, lambda n: self.row_json(conn, rows(n, n)), self.rejects)
 
-    def merge(self, conn, source: str) -> None:
+    def merge(self, conn, source: str, fresh: bool = False) -> None:
         """Apply the rows of `source` (a SELECT of staged rows) to the target inside the
         caller's transaction: append in stream order, or the last change per key (deletes,
-        then an upsert of the rest)."""
+        then an upsert of the rest); `fresh` (only reads and inserts among the rows) tries
+        insert_new first."""
         s, names = self.s, self.names
         target = self.table(s.table)
         cols = target_columns(names, s.mode)
@@ -553,6 +565,10 @@ class Target:
                 f" ORDER BY {self.quote(SEQ_COLUMN)}",
             )
             return
+        if fresh and self.insert_new(
+            conn, f"INSERT INTO {target} ({listed}) SELECT {listed} FROM ({source}) src"
+        ):
+            return
         self.temp_table(conn, "cq_last", last_change_select(self.quote, s.key, names, source))
         live = ""
         if "__op" in names:
@@ -560,6 +576,26 @@ class Target:
             if has_deletes(names, s):
                 self.execute(conn, self.delete_sql(target, "cq_last"))
         self.execute(conn, self.upsert_sql(target, cols, f"SELECT {listed} FROM cq_last{live}"))
+
+    def insert_new(self, conn, insert: str) -> bool:
+        """Run `insert`, a plain INSERT of the batch's rows, in a savepoint. Without deletes,
+        it does what the upsert does when no key repeats in the batch or exists in the target
+        (a snapshot, a first bulk copy), at about half the cost; a key that does raises a
+        unique violation, which undoes it: False, and the caller merges."""
+        try:
+            with self.savepoint(conn):
+                self.execute(conn, insert)
+            return True
+        except Exception as e:
+            if self.rejects(e):
+                return False
+            raise
+
+
+def inserts_only(messages) -> bool:
+    """Whether a batch's staged rows are all reads or inserts (or have no __op): then a plain
+    insert is worth a try. Updates would mostly hit keys the target has."""
+    return all(set(m.ops) <= {"r", "c"} for m in messages if m is not None and m.table)
 
 
 def staged_tables(messages) -> list[str]:

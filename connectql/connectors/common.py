@@ -15,7 +15,14 @@ SOURCE_COMMON = {
             doc="a source's target stream (same as INTO); a sink's input stream"
             " (same as FROM stream)",
         ),
-        Option("tasks.max", "int", 1, doc="parallelism: input partitions per micro-batch"),
+        Option(
+            "tasks.max",
+            "int",
+            1,
+            doc="parallelism: a source's input partitions per micro-batch; above 1 on a sink,"
+            " the most writer tasks (Spark splits a batch's stream files, about one per core,"
+            " without a shuffle)",
+        ),
         Option(
             "trigger.interval",
             "duration",

@@ -28,6 +28,9 @@ class BatchFailed(RuntimeError):
     """A stream write failed; carries a short message, see concise()."""
 
 
+# a stream file's row groups stay small enough for a sink's read to split one big batch file
+# between tasks (Spark splits files at row-group bounds; Parquet's default is 128 MB)
+ROW_GROUP_BYTES = 8 * 1024 * 1024
 _INTERRUPTS = ("java.lang.InterruptedException", "java.nio.channels.ClosedByInterruptException")
 
 
@@ -100,7 +103,9 @@ class StreamWriter:
         """Write and commit one output; returns the rows committed."""
         stream = Path(out.path)
         staging = stream / "_staging" / f"{self.wid}-b{batch_id}"
-        df.write.mode("overwrite").parquet(str(staging))
+        df.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(
+            str(staging)
+        )
         files = []
         for i, part in enumerate(sorted(staging.glob("part-*.parquet"))):
             target = stream / f"{self.wid}-b{batch_id}-{i}.parquet"

@@ -495,3 +495,26 @@ def test_cdc_errors_name_the_problem(worker, pg_logical, cdc_dbs):
         )
     assert "wrong-pw" not in str(e.value)
     assert worker.catalog.connectors() == []
+
+
+def test_error_texts_are_scrubbed_of_passwords_given_by_reference(
+    worker, pg_shared, db, tmp_path, monkeypatch
+):
+    """The values ${env:..} and ${file:..} resolve to are masked like inline secrets in every
+    error text the worker passes on (its _scrub), not only the references themselves."""
+    name, _info = db
+    conn = connection(pg_shared, name)
+    monkeypatch.setenv("CQ_SCRUB_PW", "env-Scrub-4711")
+    (tmp_path / "pw").write_text("file-Scrub-4711\n")
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR gen FROM datagen INTO nums WITH ('rows.total' = 10, run = 'once');
+        CREATE SINK CONNECTOR a TO postgres FROM nums WITH ({conn},
+          password = ${{env:CQ_SCRUB_PW}}, table = 'a', run = 'once');
+        CREATE SINK CONNECTOR b TO postgres FROM nums WITH ({conn},
+          password = '${{file:{tmp_path}/pw}}', table = 'b', run = 'once');
+        """,
+    )
+    text = worker._scrub("connection to server failed: env-Scrub-4711 / file-Scrub-4711")
+    assert text == "connection to server failed: **** / ****"

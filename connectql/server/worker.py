@@ -24,7 +24,7 @@ from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.grammar import ast
 from connectql.planner.plan import Plan, PlanContext, build_plan
-from connectql.planner.resolve import resolve
+from connectql.planner.resolve import resolve, resolve_value
 from connectql.runtime.deadletters import DEADLETTER_DDL
 from connectql.runtime.engine import Engine
 from connectql.runtime.errors import short_error
@@ -353,13 +353,15 @@ class Worker:
             self.catalog.set_state(name, state, reason)
 
     def _scrub(self, text: str) -> str:
-        inline = [
-            v
+        """`text` without the secret values of any connector: stored secrets, inline values
+        and what ${env:..} / ${file:..} references resolve to now."""
+        given = [
+            (k, v)
             for e in self.catalog.connectors()
             for k, v in e.options.items()
             if isinstance(v, str) and is_secret_key(k)
         ]
-        return scrub(text, [*self.secrets.values(), *inline])
+        return scrub(text, [*self.secrets.values(), *(_resolved(k, v) for k, v in given)])
 
     # ------------------------------------------------------------------ the other statements
     def _do_CreateStream(self, s: ast.CreateStream) -> Result:  # noqa: N802
@@ -486,6 +488,15 @@ class Worker:
 
     def _do_AlterConnector(self, s: ast.AlterConnector) -> Result:  # noqa: N802
         return lifecycle.alter(self, s.name, s.options)
+
+
+def _resolved(key: str, value: str) -> str:
+    """An option value with its ${env:..} / ${file:..} references resolved ('' when one cannot
+    be: then it reached no connection either)."""
+    try:
+        return str(resolve_value(key, value, {}))
+    except PlanError:
+        return ""
 
 
 def _log_to(path: Path) -> None:

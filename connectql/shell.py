@@ -190,7 +190,7 @@ def _remember(text: str, history: Path) -> None:
         return
     try:
         history.parent.mkdir(parents=True, exist_ok=True)
-        history.touch()
+        history.touch(mode=0o600)  # statements name hosts and users: the owner's to read
         readline.append_history_file(1, history)  # also cuts the file to HISTORY_LENGTH
     except OSError:
         pass

@@ -139,6 +139,7 @@ def test_history_is_recalled_with_the_up_arrow_in_a_new_session(home):
     assert "created stream hist" in shell.type("  hist;\r")
     assert shell.leave() == 0
     assert (home / "shell_history").read_text().splitlines()[-1] == "CREATE STREAM hist;"
+    assert (home / "shell_history").stat().st_mode & 0o777 == 0o600
     shell = Shell(home)
     shell.type(UP, "CREATE STREAM hist;")
     assert "error: line 1: stream 'hist' already exists" in shell.type("\r")

@@ -219,12 +219,14 @@ def test_incremental_polling_of_tables_matched_by_a_pattern(worker, pg_shared, d
     sql(info, "CREATE TABLE other (id serial PRIMARY KEY)")
     sql(info, "INSERT INTO ev_1 (body) SELECT 'x' FROM generate_series(1, 300)")
     sql(info, "INSERT INTO ev_2 (body) SELECT 'y' FROM generate_series(1, 120)")
-    run(
-        worker,
-        f"""CREATE SOURCE CONNECTOR poll FROM postgres INTO evs WITH ({connection(pg_shared, name)},
-          table = 'ev_%', mode = 'incremental', 'incrementing.column' = 'id',
-          'poll.interval.ms' = 200, 'batch.rows' = 100, 'tasks.max' = 2)""",
-    )
+    create = f"""CREATE SOURCE CONNECTOR poll FROM postgres INTO evs WITH (
+          {connection(pg_shared, name)}, table = 'ev_%', mode = 'incremental',
+          'incrementing.column' = 'id', 'poll.interval.ms' = 200, 'batch.rows' = 100,
+          'tasks.max' = 2)"""
+    (plan,) = run(worker, "EXPLAIN " + create)  # resolves the pattern, creates nothing
+    assert ("tables", "ev_1 -> evs_ev_1, ev_2 -> evs_ev_2") in plan.rows
+    assert worker.catalog.connectors() == [] and worker.catalog.streams() == []
+    run(worker, create)
 
     def counts():
         return [

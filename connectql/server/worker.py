@@ -19,7 +19,7 @@ from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.common import SOURCE_COMMON
-from connectql.connectors.multitable import union_schema
+from connectql.connectors.multitable import patterns, union_schema
 from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.grammar import ast
@@ -406,7 +406,16 @@ class Worker:
             c.name, kind, c.type, c.stream, c.options, getattr(c, "select", None)
         )
         plan = self._plan(entry)
+        if kind == "source" and patterns(c.options.get("table")):
+            plan = self._with_tables(plan)
         return Result(columns=["step", "detail"], rows=plan.describe(), title=f"plan of {c.name}")
+
+    def _with_tables(self, plan: Plan) -> Plan:
+        """A multi-table source's plan with the tables its `table` list resolves to now, and
+        their streams (what CREATE would record); a PlanError names an item matching none."""
+        found = plan.reader.discover() if plan.reader.discover else []
+        tables = [f.table for f in found if f.table is not None]
+        return replace(plan, table_paths=self._context().table_paths(plan.stream, tables))
 
     def _do_Drop(self, s: ast.Drop) -> Result:  # noqa: N802
         return getattr(self, f"_drop_{s.what}")(s)

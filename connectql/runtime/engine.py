@@ -139,7 +139,8 @@ class Engine:
             # (row groups of at most streamwriter.ROW_GROUP_BYTES) about one task per core; a round-robin
             # repartition cost a pass over the rows and their order (a third of a bulk copy)
             df = df.coalesce(plan.tasks)
-        df = df.observe(OBSERVED, F.count(F.lit(1)).alias("written"))
+        if plan.transform is not None:  # rows its WHERE drops are not written (filtered_rows)
+            df = df.observe(OBSERVED, F.count(F.lit(1)).alias("written"))
         writer = (
             self._to_writer(df, plan)
             .option("checkpointLocation", plan.checkpoint)

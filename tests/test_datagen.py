@@ -113,7 +113,7 @@ def test_empty_spec():
 def test_options_are_declared_with_docs():
     assert set(OPTIONS) == {"rows.total", "rows.per.second", "rows.per.batch", "fields", "seed"}
     assert all(o.doc for o in OPTIONS.values())
-    assert OPTIONS["rows.per.batch"].default == 500_000 and OPTIONS["seed"].default == 0
+    assert OPTIONS["rows.per.batch"].default == 1_000_000 and OPTIONS["seed"].default == 0
 
 
 def test_bad_option_values():

@@ -49,7 +49,7 @@ OPTIONS: dict[str, Option] = {
     for o in [
         Option("rows.total", "int", doc="stop after this many rows; absent: unbounded"),
         Option("rows.per.second", "float", doc="rows per second; absent: as fast as possible"),
-        Option("rows.per.batch", "int", 500_000, doc="at most this many rows per micro-batch"),
+        Option("rows.per.batch", "int", 1_000_000, doc="at most this many rows per micro-batch"),
         Option(
             "fields",
             doc="columns as 'name TYPE [GENERATOR], ...', e.g. 'id BIGINT SEQUENCE,"
@@ -430,7 +430,7 @@ class Settings:
     fields: tuple[Field, ...]
     total: int | None = None
     rate: float | None = None
-    per_batch: int = 500_000
+    per_batch: int = 1_000_000
     seed: int = 0
     tasks: int = 1
 

@@ -151,3 +151,20 @@ def test_a_bulk_copy_run_again_upserts_instead_of_duplicating(target):
     write(t, 1, [[(1, "a2"), (2, "b"), (3, "c")]])
     assert t.tried == [True, False]
     assert target.rows() == [(1, "a2"), (2, "b"), (3, "c")]
+
+
+def test_an_upsert_never_reads_the_change_columns_it_does_not_stage():
+    """The engine drops WriterSpec.unused before the writer, so Spark prunes those columns
+    from the stream's Parquet scan: an upsert stages __op and __pos only."""
+    from types import SimpleNamespace
+
+    from connectql.connectors.dbsink import writer_spec
+
+    opts = {"auto.create": True, "auto.evolve": True}
+    stream = SimpleNamespace(key_columns=("id",))
+
+    def spec(**given):
+        return writer_spec("connectql_postgres", {**opts, **given}, stream, {}, ("s", "t"), None)
+
+    assert spec().unused == ("__ts_ms", "__source")
+    assert spec(mode="append").unused == ()

@@ -52,6 +52,9 @@ class WriterSpec:
     # Called once, at CREATE, with the StructType of the rows the sink will get: prepares the
     # target (e.g. creates its table) or raises PlanError naming what is wrong.
     check: Callable[[Any], None] | None = field(default=None, compare=False)
+    # columns of the input the writer never reads: dropped before it, so Spark does not read
+    # them from the stream at all (e.g. an upsert's __source)
+    unused: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

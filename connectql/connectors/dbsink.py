@@ -147,6 +147,7 @@ def writer_spec(fmt: str, opts: dict[str, Any], stream, connection, place, prepa
         s.to_options(),
         secret_options=("password",),
         check=lambda struct: prepare(s, struct, where),
+        unused=tuple(c for c in META_COLUMNS if c not in staged_columns(list(META_COLUMNS), mode)),
     )
 
 

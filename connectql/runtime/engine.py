@@ -134,6 +134,8 @@ class Engine:
         # from a restart timer's thread has none
         spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         df = _transformed(self._read(spark, plan), plan)
+        if plan.writer.unused:
+            df = df.drop(*plan.writer.unused)
         if plan.kind == "sink" and plan.tasks > 1:
             # at most tasks.max writers, without a shuffle: Spark splits the batch's stream files
             # (row groups of at most streamwriter.ROW_GROUP_BYTES) about one task per core; a round-robin

@@ -147,7 +147,7 @@ def writer_spec(fmt: str, opts: dict[str, Any], stream, connection, place, prepa
         s.to_options(),
         secret_options=("password",),
         check=lambda struct: prepare(s, struct, where),
-        unused=tuple(c for c in META_COLUMNS if c not in staged_columns(list(META_COLUMNS), mode)),
+        unused=unread_columns(mode),
     )
 
 
@@ -162,6 +162,13 @@ def staged_columns(names: list[str], mode: str) -> list[str]:
     """The columns a batch stages: the target's, plus what an upsert orders and deletes by."""
     keep = [c for c in ("__op", "__pos") if c in names] if mode == "upsert" else []
     return target_columns(names, mode) + keep
+
+
+def unread_columns(mode: str) -> tuple[str, ...]:
+    """The change columns a sink in `mode` neither writes nor stages (the engine drops them
+    before the writer, so Spark does not read them)."""
+    kept = staged_columns(list(META_COLUMNS), mode)
+    return tuple(c for c in META_COLUMNS if c not in kept)
 
 
 def check_columns(names: list[str], s: SinkSettings, where: str) -> None:

@@ -137,9 +137,9 @@ class Engine:
         if plan.writer.unused:
             df = df.drop(*plan.writer.unused)
         if plan.kind == "sink" and plan.tasks > 1:
-            # at most tasks.max writers, without a shuffle: Spark splits the batch's stream files
-            # (row groups of at most streamwriter.ROW_GROUP_BYTES) about one task per core; a round-robin
-            # repartition cost a pass over the rows and their order (a third of a bulk copy)
+            # at most tasks.max writers, without a shuffle: Spark splits the batch's stream
+            # files (row groups of streamwriter.ROW_GROUP_BYTES) about one task per core; a
+            # round-robin repartition cost a pass over the rows and scattered their order
             df = df.coalesce(plan.tasks)
         if plan.transform is not None:  # rows its WHERE drops are not written (filtered_rows)
             df = df.observe(OBSERVED, F.count(F.lit(1)).alias("written"))

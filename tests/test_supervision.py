@@ -3,6 +3,9 @@ RUNNING again once the cause is gone; pause and resume keep offsets; ALTER resta
 
 from __future__ import annotations
 
+import threading
+import time
+
 import duckdb
 import pytest
 
@@ -203,3 +206,24 @@ def test_a_connector_without_progress_while_behind_is_stalled(worker):
         timeout=60,
         what="RUNNING again with progress",
     )
+
+
+def test_a_restart_under_way_when_the_worker_closes_leaves_no_query(spark, home, tmp_path):
+    """close() waits for a restart that is launching, then stops its query; before, the
+    launch could finish after close() and leave the query running in the session."""
+    w = Worker(home)
+    inbox = bad_source(w, tmp_path, retries=10)
+    wait_until(lambda: w.catalog.get_connector("p").state == "RESTARTING", what="a restart")
+    entered, real_start = threading.Event(), w.engine.start
+
+    def slow_start(plan):
+        parquet(inbox / "a.parquet", "SELECT range::INT AS id FROM range(3)")  # it will run
+        entered.set()
+        time.sleep(1.0)  # the worker closes while this restart is launching
+        real_start(plan)
+
+    w.engine.start = slow_start
+    assert entered.wait(60), "the restart never began"
+    w.close(stop_spark=False)
+    time.sleep(1.5)
+    assert [q.name for q in spark.streams.active] == []

@@ -35,6 +35,9 @@ class Supervisor:
         self.timers: dict[str, threading.Timer] = {}
         self.stop_to: dict[str, tuple[str, str]] = {}  # name -> (state, reason) after our stop
         self._closed = threading.Event()
+        # held while a timer launches a query and while closing: a close waits for a launch
+        # under way, and no launch starts after it (else the new query outlives the worker)
+        self._launching = threading.Lock()
         self._poll_s = poll_s
         self._thread = threading.Thread(
             target=self._watch, name="connectql-supervisor", daemon=True
@@ -42,10 +45,11 @@ class Supervisor:
         self._thread.start()
 
     def close(self) -> None:
-        self._closed.set()
-        for timer in list(self.timers.values()):
-            timer.cancel()
-        self.timers.clear()
+        with self._launching:
+            self._closed.set()
+            for timer in list(self.timers.values()):
+                timer.cancel()
+            self.timers.clear()
 
     def forget(self, name: str) -> None:
         timer = self.timers.pop(name, None)
@@ -124,19 +128,27 @@ class Supervisor:
         timer.start()
 
     def _evolve(self, name: str, evolved: str, error: str) -> None:
-        self.timers.pop(name, None)
-        try:
-            if evolution.evolve(self.worker, name, evolved):
+        with self._launching:
+            self.timers.pop(name, None)
+            if self._closed.is_set():
                 return
-        except Exception as e:
-            log.exception("evolving the schema of %s failed", name)
-            error = str(e)
-        self.failed(name, short_error(error))
+            try:
+                if evolution.evolve(self.worker, name, evolved):
+                    return
+            except Exception as e:
+                log.exception("evolving the schema of %s failed", name)
+                error = str(e)
+            self.failed(name, short_error(error))
 
     def _restart(self, name: str) -> None:
-        self.timers.pop(name, None)
+        with self._launching:
+            self.timers.pop(name, None)
+            if not self._closed.is_set():
+                self._relaunch(name)
+
+    def _relaunch(self, name: str) -> None:
         cat = self.worker.catalog
-        if self._closed.is_set() or not cat.has_connector(name):
+        if not cat.has_connector(name):
             return
         entry = cat.get_connector(name)
         if entry.state != states.RESTARTING or entry.desired_state != "running":

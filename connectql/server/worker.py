@@ -244,8 +244,7 @@ class Worker:
         return plan, [(plan.stream, plan.writer.path, struct, plan.reader.key)]
 
     def _check_tables(self, plan: Plan, found: list) -> tuple[Plan, list[tuple]]:
-        paths = self._context().table_paths(plan.stream, [f.table for f in found])
-        plan = replace(plan, table_paths=paths)
+        plan = self._with_tables(plan, found)
         parts = []
         for f, name in zip(found, plan.streams, strict=True):
             struct = self.engine.resolve_schema(ReaderSpec("parquet", schema=f.ddl))
@@ -406,15 +405,16 @@ class Worker:
             c.name, kind, c.type, c.stream, c.options, getattr(c, "select", None)
         )
         plan = self._plan(entry)
-        if kind == "source" and patterns(c.options.get("table")):
-            plan = self._with_tables(plan)
+        if kind == "source" and patterns(c.options.get("table")) and plan.reader.discover:
+            # the tables the list resolves to now; a PlanError names an item matching none
+            found = [f for f in plan.reader.discover() if f.table is not None]
+            plan = self._with_tables(plan, found)
         return Result(columns=["step", "detail"], rows=plan.describe(), title=f"plan of {c.name}")
 
-    def _with_tables(self, plan: Plan) -> Plan:
-        """A multi-table source's plan with the tables its `table` list resolves to now, and
-        their streams (what CREATE would record); a PlanError names an item matching none."""
-        found = plan.reader.discover() if plan.reader.discover else []
-        tables = [f.table for f in found if f.table is not None]
+    def _with_tables(self, plan: Plan, found: list) -> Plan:
+        """A multi-table source's plan with the tables `found` and their streams (what CREATE
+        records)."""
+        tables = [f.table for f in found]
         return replace(plan, table_paths=self._context().table_paths(plan.stream, tables))
 
     def _do_Drop(self, s: ast.Drop) -> Result:  # noqa: N802

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -13,16 +14,19 @@ from rich.live import Live
 from rich.table import Table
 
 from connectql.errors import ConnectQLError
+from connectql.formats import FORMATS, Printer
 from connectql.grammar.ast import is_name
 from connectql.server.home import home_of
-from connectql.server.results import render
+from connectql.server.results import Result
 
 console = Console()
 err_console = Console(stderr=True)
 
+# rows_read: what the connector read (a sink: from its stream); rows_written: what reached its
+# target (a sink's WHERE filters some, dead letters go elsewhere; README "Status tables")
 STATUS_SQL = (
-    "SELECT name, kind, type, state, round(rows_per_sec, 1) AS rows_per_sec, rows_total,"
-    " lag, last_error FROM connectors ORDER BY name"
+    "SELECT name, kind, type, state, round(rows_per_sec, 1) AS rows_per_sec,"
+    " rows_total AS rows_read, rows_written, lag, last_error FROM connectors ORDER BY name"
 )
 STATE_STYLE = {
     "RUNNING": "green",
@@ -71,66 +75,89 @@ def _progress(worker, name: str, done: int, width: int = 16) -> str:
     total = _total(worker, name)
     if not total:
         return ""
-    filled = min(done, total) * width // total
-    return f"{'█' * filled}{'░' * (width - filled)} {100 * min(done, total) / total:3.0f}%"
+    share = min(done, total) / total
+    percent = round(100 * share)  # a row count is often an estimate: 100% is full
+    filled = width if percent == 100 else min(width - 1, int(share * width))
+    return f"{'█' * filled}{'░' * (width - filled)} {percent:3d}%"
 
 
-def _run_statements(backend, text: str, source: str) -> None:
+def _run_statements(backend, text: str, source: str, show=None) -> None:
     for result in backend.run(text, source):
-        render(result, console)
+        (show or Printer("table", console, err_console))(result)
 
 
-def _watch(worker) -> None:
-    """Live status until Ctrl-C (continuous connectors) or until nothing runs any more."""
-    with Live(status_table(worker), console=console, refresh_per_second=2) as live:
-        while worker.active():
+def _busy(worker) -> bool:
+    """Whether `run` has more to do: a query runs, a restart is pending, or a continuous
+    connector started here is paused (another terminal may resume it through the API)."""
+    paused = [e.name for e in worker.catalog.connectors() if e.desired_state == "paused"]
+    return bool(worker.active()) or any(
+        worker.engine.plans[n].run != "once" for n in paused if n in worker.engine.plans
+    )
+
+
+def _watch(worker, out: Console, statements) -> None:
+    """Live status until Ctrl-C (continuous connectors) or until nothing runs any more. Asked
+    between statements from the API (`statements`), so a RESUME half done is not 'nothing'."""
+    with Live(status_table(worker), console=out, refresh_per_second=2) as live:
+        while True:
+            with statements:
+                if not _busy(worker):
+                    break
             time.sleep(0.5)
             live.update(status_table(worker))
         live.update(status_table(worker))
 
 
-def _backend(args):
+def _backend(args, deferred: bool = False):
     from connectql.server.client import connect
 
-    return connect(home_of(args.home), args.server, args.token_file)
+    return connect(home_of(args.home), args.server, args.token_file, deferred)
 
 
 def cmd_run(args) -> int:
-    from connectql.server.client import Embedded
+    from connectql.server.api import serving
+    from connectql.server.client import Embedded, token
 
     path = Path(args.file)
     if not path.is_file():
         raise ConnectQLError(f"no such script: {path}")
     backend = _backend(args)
     if not isinstance(backend, Embedded):  # a server runs it; its connectors stay there
-        _run_statements(backend, path.read_text(), str(path))
+        _run_statements(backend, path.read_text(), str(path), args.show)
         return 0
     worker = backend.worker
+    info = console if args.format == "table" else err_console  # stdout: only the rows
     try:
-        resumed = worker.resume_all()
-        if resumed:
-            console.print(f"[dim]resumed from checkpoints: {', '.join(resumed)}[/dim]")
-        _run_statements(backend, path.read_text(), str(path))
-        if worker.active():  # runs until once-connectors finish, or until Ctrl-C
-            _watch(worker)
+        # the API on loopback, so that status, sql, pause, ... reach this worker from elsewhere
+        with serving(worker, "127.0.0.1", 0, token(args.token_file)) as (url, statements):
+            info.print(f"[dim]serving {url} for {worker.home}[/dim]", soft_wrap=True)
+            with statements:
+                resumed = worker.resume_all()
+                if resumed:
+                    info.print(f"[dim]resumed from checkpoints: {', '.join(resumed)}[/dim]")
+                _run_statements(backend, path.read_text(), str(path), args.show)
+            if _busy(worker):  # runs until once-connectors finish, or until Ctrl-C
+                _watch(worker, info, statements)
+            statements.acquire()  # no statement from the API while the worker closes
     except KeyboardInterrupt:
-        console.print("[yellow]stopping: queries stop gracefully, offsets are kept[/yellow]")
+        info.print("[yellow]stopping: queries stop gracefully, offsets are kept[/yellow]")
     finally:
         worker.close()
     return 0
 
 
 def _run_sql(args, text: str) -> int:
-    backend = _backend(args)
+    backend = _backend(args, deferred=True)  # its worker, if any, ends with the command
     try:
-        _run_statements(backend, text, "")
+        _run_statements(backend, text, "", args.show)
     finally:
         backend.close()
     return 0
 
 
 def cmd_sql(args) -> int:
-    return _run_sql(args, " ".join(args.statements))
+    # each argument is a statement (or a script): joined as a script, each ending with ';'
+    return _run_sql(args, "".join(f"{s.strip().rstrip(';')};\n" for s in args.statements))
 
 
 def cmd_status(args) -> int:
@@ -144,9 +171,9 @@ def cmd_action(args) -> int:
     return _run_sql(args, f"{verb} CONNECTOR {_name(args.name)}")
 
 
-def _name(name: str) -> str:
+def _name(name: str, what: str = "connector") -> str:
     if not is_name(name):
-        raise ConnectQLError(f"{name!r} is not a connector name (letters, digits and _)")
+        raise ConnectQLError(f"{name!r} is not a {what} name (letters, digits and _)")
     return name
 
 
@@ -158,6 +185,49 @@ def cmd_server(args) -> int:
         serve(home_of(args.home), args.host, args.port, token(args.token_file), say=console.print)
     except KeyboardInterrupt:  # SIGINT/SIGTERM is how a server stops: serve has shut it down
         pass
+    return 0
+
+
+def cmd_start(args) -> int:
+    from connectql.server import daemon
+
+    home = home_of(args.home)
+    address = daemon.start(home, args.host, args.port, args.token_file, args.timeout)
+    console.print(
+        f"[green]✓[/green] connectql server on {address['url']} (pid {address['pid']}, home"
+        f" {home}, log {home / daemon.LOG_FILE})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return 0
+
+
+def cmd_stop(args) -> int:
+    from connectql.server import daemon
+
+    pid = daemon.stop(home_of(args.home), args.timeout)
+    console.print(f"[green]✓[/green] stopped the connectql server (pid {pid})", soft_wrap=True)
+    return 0
+
+
+def cmd_secret_set(args) -> int:
+    """Store a secret typed at a prompt without echo (or piped in), never on a command line."""
+    import getpass
+
+    name = _name(args.name, "secret")
+    if sys.stdin.isatty():
+        value = getpass.getpass(f"value of secret {name}: ")
+    else:
+        value = sys.stdin.read().removesuffix("\n").removesuffix("\r")
+    if not value:
+        raise ConnectQLError(f"no value given for secret {name}: nothing stored")
+    quoted = value.replace("'", "''")
+    backend = _backend(args, deferred=True)
+    try:
+        list(backend.run(f"DROP SECRET IF EXISTS {name}; CREATE SECRET {name} AS '{quoted}'"))
+    finally:
+        backend.close()
+    args.show(Result(f"stored secret {name}; connectors read it when they (re)start"))
     return 0
 
 
@@ -184,6 +254,17 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="the API token, read from FILE (default: $CONNECTQL_TOKEN)",
     )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the JVM's and Spark's warnings on the terminal (else in the home's spark.log)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="how rows are printed: table (fitted to the terminal), json, csv, vertical",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a SQL script; continuous connectors run until Ctrl-C")
     run.add_argument("file")
@@ -199,9 +280,23 @@ def parser() -> argparse.ArgumentParser:
         action.add_argument("name")
         action.set_defaults(func=cmd_action)
     server = sub.add_parser("server", help="run the worker headless with an HTTP API")
-    server.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    server.add_argument("--port", type=int, default=8083, help="port (8083; 0 picks a free one)")
+    start = sub.add_parser("start", help="start connectql server in the background for the home")
+    for command in (server, start):
+        command.add_argument("--host", default="127.0.0.1", help="address (127.0.0.1)")
+        command.add_argument("--port", type=int, default=8083, help="port (8083; 0: any free)")
     server.set_defaults(func=cmd_server)
+    start.add_argument("--timeout", type=float, default=180, help="seconds to wait (180)")
+    start.set_defaults(func=cmd_start)
+    stop = sub.add_parser("stop", help="stop the home's background server gracefully")
+    stop.add_argument("--timeout", type=float, default=180, help="seconds to wait (180)")
+    stop.set_defaults(func=cmd_stop)
+    secret = sub.add_parser("secret", help="secrets: connectql secret set NAME")
+    secret_sub = secret.add_subparsers(dest="secret_command", required=True)
+    secret_set = secret_sub.add_parser(
+        "set", help="store a secret read from a prompt without echo, or from standard input"
+    )
+    secret_set.add_argument("name")
+    secret_set.set_defaults(func=cmd_secret_set)
     shell = sub.add_parser("shell", help="an interactive SQL prompt")
     shell.set_defaults(func=cmd_shell)
     return p
@@ -213,6 +308,9 @@ def _terminate(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.show = Printer(args.format, console, err_console)
+    if args.verbose:
+        os.environ["CONNECTQL_VERBOSE"] = "1"  # a server `start` runs inherits it
     signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)

@@ -20,6 +20,7 @@ from rich.text import Text
 from connectql.catalog.redact import written_secrets
 from connectql.catalog.schema import PUBLIC_TABLES
 from connectql.errors import ConnectQLError
+from connectql.formats import Printer
 from connectql.grammar.ast import is_name
 from connectql.grammar.parser import (
     keywords,
@@ -30,7 +31,7 @@ from connectql.grammar.parser import (
 )
 from connectql.server.client import Embedded
 from connectql.server.home import home_of
-from connectql.server.results import Result, render
+from connectql.server.results import Result
 
 log = logging.getLogger("connectql.shell")
 
@@ -95,7 +96,7 @@ def execute(backend, out: Console, errors: Console, text: str) -> bool:
     """Run `text` and print each result; on an error print it and return False."""
     try:
         for result in backend.run(text):
-            render(result, out)
+            Printer("table", out, errors)(result)
     except ConnectQLError as e:
         return _error(errors, str(e))
     except KeyboardInterrupt:

@@ -18,7 +18,9 @@ AS SELECT id, customer, CAST(amount * 100 AS BIGINT) AS cents, created_at
    FROM orders WHERE status = 'paid' AND amount > 500
 WITH (path = '.connectql/out/big_orders', format = 'parquet', run = 'once');
 
-SELECT name, kind, type, state, rows_total, last_error FROM connectors ORDER BY kind DESC;
+-- rows_total: rows read; rows_written: rows that reached the stream or the files
+SELECT name, kind, type, state, rows_total, rows_written, last_error
+FROM connectors ORDER BY kind DESC;
 
 SELECT status, count(*) AS orders, round(avg(amount), 2) AS avg_amount
 FROM orders GROUP BY status ORDER BY status;

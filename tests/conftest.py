@@ -1,8 +1,45 @@
-"""Shared fixtures: one real SparkSession per test session, and a fresh connectql home."""
+"""Shared fixtures: one real SparkSession per test session, a fresh connectql home, and a
+check after every test that it left no signal handler and no thread behind."""
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
+
 import pytest
+
+WATCHED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def leaves_nothing_behind():
+    """A test that changes how this process takes SIGINT/SIGTERM, blocks them, or leaves a
+    thread running (a timer firing into the next test) fails here, and the handlers are put
+    back so that later tests are not changed by it (e.g. Ctrl-C tests that then see nothing)."""
+    handlers = {s: signal.getsignal(s) for s in WATCHED_SIGNALS}
+    threads = set(threading.enumerate())
+    yield
+    changed = [s.name for s, h in handlers.items() if signal.getsignal(s) is not h]
+    for s, h in handlers.items():
+        signal.signal(s, h)
+    blocked = [s.name for s in signal.pthread_sigmask(signal.SIG_BLOCK, []) if s in handlers]
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, WATCHED_SIGNALS)
+    left = _threads_left(threads)
+    assert not changed, f"the test left its own handler for {changed}"
+    assert not blocked, f"the test left {blocked} blocked"
+    assert not left, f"the test left threads running: {left}"
+
+
+def _threads_left(before: set, grace: float = 5.0) -> list[str]:
+    """Threads started during the test that are not daemons and still run after `grace`."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = [t for t in threading.enumerate() if t not in before and not t.daemon]
+        if not left or time.monotonic() > deadline:
+            return [t.name for t in left]
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

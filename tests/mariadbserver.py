@@ -193,6 +193,9 @@ class PrivateMariaDB(PrivateServer):
         except ProcessLookupError:
             pass
 
+    def _main_pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
     def resume(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return  # not halted

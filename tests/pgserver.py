@@ -121,6 +121,13 @@ class PrivatePostgres(PrivateServer):
                 timeout=60,
             )
 
+    def _main_pid(self) -> int | None:
+        try:
+            with open(os.path.join(self.datadir, "postmaster.pid")) as f:
+                return int(f.readline())
+        except (OSError, ValueError, TypeError):
+            return None
+
 
 class SharedPostgres:
     """The machine's shared PostgreSQL (wal_level=replica: no logical decoding)."""

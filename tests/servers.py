@@ -1,13 +1,16 @@
 """What the private database servers of the tests share: a temp dir, a free port (another one
-on a clash), the log tail in errors, a stop at exit, halt()/resume() for outages, and one
-server per process for a session fixture imported into several modules."""
+on a clash), the log tail in errors, a stop at exit, halt()/resume() for outages,
+suspend()/unsuspend() for a server that hangs, and one server per process for a session
+fixture imported into several modules."""
 
 from __future__ import annotations
 
 import atexit
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,6 +46,10 @@ class PrivateServer:
         raise NotImplementedError
 
     def _halt_server(self, graceful: bool = False) -> None:
+        raise NotImplementedError
+
+    def _main_pid(self) -> int | None:
+        """The server's main process (its children are found from it)."""
         raise NotImplementedError
 
     def _log_tail(self, n: int = 40) -> str:
@@ -91,6 +98,45 @@ class PrivateServer:
         if error:
             self._halt_server()
             raise RuntimeError(error)
+
+    def pids(self) -> list[int]:
+        """The server's processes: the main one and its children."""
+        main = self._main_pid()
+        if main is None:
+            return []
+        kids = subprocess.run(["pgrep", "-P", str(main)], capture_output=True, text=True)
+        return [main, *(int(p) for p in kids.stdout.split())]
+
+    @contextmanager
+    def suspended(self) -> Iterator[list[int]]:
+        """Every process of the server stopped (SIGSTOP) while inside: it keeps its sockets
+        but answers nothing, like a frozen VM or a network black hole. Always resumed."""
+        stopped = self.suspend()
+        try:
+            yield stopped
+        finally:
+            self.unsuspend(stopped)
+
+    def suspend(self) -> list[int]:
+        """SIGSTOP every process of the server; returns them for unsuspend()."""
+        stopped = []
+        try:
+            for pid in self.pids():
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        except BaseException:
+            self.unsuspend(stopped)
+            raise
+        atexit.register(self.unsuspend, stopped)  # a test that dies leaves no frozen server
+        return stopped
+
+    def unsuspend(self, stopped: list[int]) -> None:
+        atexit.unregister(self.unsuspend)
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
     def _cleanup_dir(self) -> None:
         if self.base:

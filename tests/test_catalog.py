@@ -58,6 +58,8 @@ def test_options_are_stored_as_given_but_shown_redacted(cat):
         "db.password": "${env:PW}",
         "x.password": "${not-a-reference",
         "y.password": "${env:PW}-and-more",
+        "z.password": "${env:PW:-demo-pw}",
+        "port": "${env:PORT:-5432}",
     }
     cat.add_connector(ConnectorEntry("c1", "source", "datagen", "s", opts))
     assert cat.get_connector("c1").options == opts
@@ -71,6 +73,8 @@ def test_options_are_stored_as_given_but_shown_redacted(cat):
         "db.password": "${env:PW}",
         "x.password": "****",
         "y.password": "****",
+        "z.password": "${env:PW:-****}",  # a default written into a reference is a value
+        "port": "${env:PORT:-5432}",
     }
 
 
@@ -78,13 +82,15 @@ def test_a_statement_is_echoed_with_the_secret_values_written_into_it_masked():
     script = (
         "CREATE SECRET pw AS 'it''s-hunter2';\n"
         'EXPLAIN CREATE SINK CONNECTOR c TO postgres FROM s WITH (password = "hunter3",'
-        " 'ssl.key' = 'k3y', user = 'hunter', token = SECRET pw, p = '${env:PW}');\n"
+        " 'ssl.key' = 'k3y', user = 'hunter', token = SECRET pw, p = '${env:PW}',"
+        " 'a.password' = ${env:A:-d3mo-pw});\n"
         "SET 'spark.hadoop.fs.s3a.secret.key' = 's3cr3t'"
     )
     assert [statement_text(s) for s in parse_script(script)] == [
         "CREATE SECRET pw AS '****'",
         'EXPLAIN CREATE SINK CONNECTOR c TO postgres FROM s WITH (password = "****",'
-        " 'ssl.key' = '****', user = 'hunter', token = SECRET pw, p = '${env:PW}')",
+        " 'ssl.key' = '****', user = 'hunter', token = SECRET pw, p = '${env:PW}',"
+        " 'a.password' = ${env:A:-****})",
         "SET 'spark.hadoop.fs.s3a.secret.key' = '****'",
     ]
 
@@ -164,6 +170,16 @@ def test_progress_updates_totals_metrics_and_offsets(cat):
     assert cat.query(counts)[1] == [(16, 4, 0)]
     assert cat.query("SELECT count(*) FROM connector_metrics")[1] == [(2,)]
     assert cat.query("SELECT committed_offset FROM connector_offsets")[1] == [('{"seq":20}',)]
+    rate = "SELECT rows_per_sec FROM connectors"
+    assert cat.query(rate)[1] == [(0,)]  # CREATED: no query runs, whatever a late batch says
+    cat.set_state("c1", "STARTING", "t")
+    cat.set_state("c1", "RUNNING", "t")
+    cat.record_progress("c1", {**row, "batch_id": 2})
+    assert cat.query(rate)[1] == [(2.0,)]
+    cat.set_state("c1", "PAUSED", "t")
+    assert cat.query(rate)[1] == [(0,)]  # not the last batch's stale rate
+    cat.record_progress("c1", {**row, "batch_id": 3})  # a batch reported after the pause
+    assert cat.query(rate)[1] == [(0,)]
 
 
 def test_committed_files_follow_the_metadata_log_not_the_directory(tmp_path):

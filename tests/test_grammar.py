@@ -7,6 +7,7 @@ import pytest
 from connectql.errors import ParseError
 from connectql.grammar.ast import (
     AlterConnector,
+    AlterStream,
     ConnectorAction,
     CreateSecret,
     CreateSinkConnector,
@@ -183,6 +184,7 @@ def test_as_select_needs_options():
         ("SHOW CONNECTOR PLUGINS", Show("plugins")),
         ("show plugins", Show("plugins")),
         ("Show Secrets", Show("secrets")),
+        ("SHOW settings", Show("settings")),
         ("DESCRIBE CONNECTOR c1", Describe("connector", "c1")),
         ("desc stream Events", Describe("stream", "Events")),
         ("DESCRIBE PLUGIN mysql", Describe("plugin", "mysql")),
@@ -193,6 +195,10 @@ def test_as_select_needs_options():
         (
             "ALTER CONNECTOR c1 SET (tasks.max = 4, 'Run' = 'once')",
             AlterConnector("c1", {"tasks.max": 4, "run": "once"}),
+        ),
+        (
+            "alter stream s set (retention = '1 day', 'retention.bytes' = '10 GB')",
+            AlterStream("s", {"retention": "1 day", "retention.bytes": "10 GB"}),
         ),
         ("DROP CONNECTOR c1", Drop("connector", "c1")),
         ("drop stream if exists s", Drop("stream", "s", if_exists=True)),

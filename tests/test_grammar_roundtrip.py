@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from connectql.grammar.ast import (
     AlterConnector,
+    AlterStream,
     ConnectorAction,
     CreateSecret,
     CreateSinkConnector,
@@ -94,6 +95,7 @@ statements = st.one_of(
         ConnectorAction, st.sampled_from(["pause", "resume", "restart", "reset_offsets"]), names
     ),
     st.builds(AlterConnector, names, options),
+    st.builds(AlterStream, names, options),
     st.builds(Drop, st.sampled_from(["connector", "stream", "secret"]), names, if_exists=flags),
     st.builds(Explain, creates),
     st.builds(Set, set_keys, values),

@@ -35,15 +35,14 @@ def sink(opts, type_="file", stream="s", select=None):
 
 def test_file_source_plan(ctx, tmp_path):
     plan = build_plan(
-        source(
-            {"path": "/in", "format": "json", "tasks.max": "3", "trigger.interval": "2 seconds"}
-        ),
+        source({"path": "/in", "format": "json", "trigger.interval": "2 seconds"}),
         ctx,
     )
     assert (plan.reader.format, plan.reader.path) == ("json", "/in")
     assert plan.writer.path == str(tmp_path / "streams/s")
     assert plan.checkpoint == str(tmp_path / "checkpoints/src")
-    assert (plan.tasks, plan.interval_ms, plan.run) == (3, 2000, "continuous")
+    assert (plan.tasks, plan.interval_ms, plan.run) == (1, 2000, "continuous")
+    assert build_plan(source({"tasks.max": "3"}, "datagen"), ctx).tasks == 3
 
 
 def test_type_and_stream_may_come_from_with(ctx):
@@ -134,3 +133,17 @@ def test_explain_rows_describe_every_step(ctx):
     assert steps["trigger"] == "available-now (run = 'once')"
     assert steps["transform"] == "SELECT a WHERE b > 1"
     assert steps["write"].startswith("format parquet at /out")
+
+
+def test_env_reference_with_a_default_is_typed_like_its_option(ctx, monkeypatch):
+    monkeypatch.delenv("CQL_TEST_PORT", raising=False)
+    opts = {"database": "shop", "table": "t", "port": "${env:CQL_TEST_PORT:-3307}"}
+    config = build_plan(source(opts, "mysql"), ctx).reader.options["config"]
+    assert '"port": 3307' in config  # the default, as an int
+    monkeypatch.setenv("CQL_TEST_PORT", "3310")
+    assert '"port": 3310' in build_plan(source(opts, "mysql"), ctx).reader.options["config"]
+    monkeypatch.setenv("CQL_TEST_PORT", "")  # empty counts as unset, as in the shell
+    assert '"port": 3307' in build_plan(source(opts, "mysql"), ctx).reader.options["config"]
+    monkeypatch.setenv("CQL_TEST_PORT", "x33")
+    with pytest.raises(ValidationError, match=r"source connector 'src': option 'port' must be"):
+        build_plan(source(opts, "mysql"), ctx)

@@ -311,13 +311,13 @@ def test_bulk_source_copies_a_query_every_run(worker, pg_shared, db):
 
 def test_source_errors_are_named_at_create(worker, pg_shared, db):
     name, info = db
-    sql(info, "CREATE TABLE shapes (id int PRIMARY KEY, p point)")
+    sql(info, "CREATE TABLE shapes (id int PRIMARY KEY, p pg_lsn)")
     sql(info, "CREATE TABLE plain (id int PRIMARY KEY, v int)")
     conn = connection(pg_shared, name)
     inc = "mode = 'incremental', 'incrementing.column' = 'id'"
     cases = {
         f"table = 'nope', {inc}": "table public.nope does not exist \\(tables in public: plain, shapes\\)",
-        f"table = 'shapes', {inc}": "column p of public.shapes has type point",
+        f"table = 'shapes', {inc}": "column p of public.shapes has type pg_lsn",
         "table = 'plain', mode = 'incremental'": "needs incrementing.column and/or timestamp.column",
         "table = 'plain', mode = 'incremental', 'timestamp.column' = 'at'": "has no column at",
         "table = 'plain'": "needs wal_level = logical on the server, but it is replica",

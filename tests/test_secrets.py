@@ -297,3 +297,79 @@ def test_no_secret_value_reaches_any_output(tmp_path, pg, monkeypatch):
     for kept in (".", *PRIVATE):  # where secrets are kept, only their owner may look
         mode = (run.home / kept).stat().st_mode & 0o777
         assert mode & 0o077 == 0, f"$HOME/{kept} has mode {mode:o}"
+
+
+LOGGING_WORKER = """
+import logging, sys
+from connectql.grammar.parser import parse_script
+from connectql.server.worker import Worker
+
+worker = Worker(sys.argv[1])
+try:
+    for stmt in parse_script(sys.argv[2]):
+        worker.execute(stmt)
+    secrets = sys.argv[3].split(",")
+    client = logging.getLogger("some.client.library")
+    try:
+        raise ConnectionError(f"login with {secrets[0]} refused")
+    except ConnectionError:
+        client.exception("connect to db as %s failed", secrets[1])
+    client.warning("dsn: password=%s key=%s", secrets[2], secrets[3])
+    jvm = worker.engine.spark._jvm
+    spark_log = jvm.org.apache.logging.log4j.LogManager.getLogger("connectql.probe")
+    spark_log.error("spark saw " + " and ".join(secrets))
+    jvm.java.lang.System.err.println("jvm saw " + " and ".join(secrets))
+    jvm.java.lang.System.err.flush()
+    for stmt in parse_script("CREATE SECRET later AS 'l4ter-L0g-S3cret'"):
+        worker.execute(stmt)
+    spark_log.error("and then l4ter-L0g-S3cret")
+finally:
+    worker.close()
+"""
+
+
+def test_logs_mask_secrets_whoever_writes_them(tmp_path, pg_shared):
+    """A client library (any Python logger), Spark or the JVM writing a secret into a log: the
+    line reaches worker.log, spark.log and jvm.log with the value masked (stored, inline, ${env:..} and
+    SET values); secrets made later count too. A worker process of its own, so that Spark logs
+    to its home as `connectql` does."""
+    import os
+    import sys
+
+    create_database(pg_shared.conninfo(), "cq_log_secrets")
+    target = (
+        f"host = '{pg_shared.host}', port = {pg_shared.port}, user = '{pg_shared.user}',"
+        " database = 'cq_log_secrets', 'initial.state' = 'paused'"
+    )
+    script = ";".join(
+        (
+            "CREATE SECRET logpw AS 'st0red-L0g-S3cret'",
+            "CREATE SOURCE CONNECTOR lg FROM datagen INTO lg WITH ('rows.total' = 10, run = 'once')",
+            f"CREATE SINK CONNECTOR a TO postgres FROM lg WITH ({target}, table = 'a',"
+            " password = 'inl1ne-L0g-S3cret')",
+            f"CREATE SINK CONNECTOR b TO postgres FROM lg WITH ({target}, table = 'b',"
+            " password = '${env:CQ_LOG_PW}')",
+            "SET 'spark.hadoop.fs.s3a.secret.key' = 's3t-L0g-S3cret'",
+        )
+    )
+    secrets = ("st0red-L0g-S3cret", "inl1ne-L0g-S3cret", "env-L0g-S3cret", "s3t-L0g-S3cret")
+    home = tmp_path / "home"
+    r = subprocess.run(
+        [sys.executable, "-c", LOGGING_WORKER, str(home), script, ",".join(secrets)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CQ_LOG_PW": "env-L0g-S3cret"},
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    logs = ("worker.log", "spark.log", "jvm.log")
+    texts = {name: (home / name).read_text() for name in logs}
+    assert "connect to db as **** failed" in texts["worker.log"]
+    assert "login with **** refused" in texts["worker.log"]  # the traceback too
+    assert "dsn: password=**** key=****" in texts["worker.log"]
+    assert "spark saw **** and **** and **** and ****" in texts["spark.log"]
+    assert "and then ****" in texts["spark.log"]
+    assert "jvm saw **** and **** and **** and ****" in texts["jvm.log"]
+    for name, text in (*texts.items(), ("stdout", r.stdout), ("stderr", r.stderr)):
+        for secret in (*secrets, "l4ter-L0g-S3cret"):
+            assert secret not in text, f"{secret} in {name}"

@@ -17,6 +17,7 @@ from connectql.connectors.dbsink import SinkSettings
 from connectql.connectors.mysql.sink import MysqlTarget
 from connectql.connectors.postgres.sink import PgTarget
 from tests.mariadbserver import create_database as create_mariadb
+from tests.mariadbserver import mariadb_binlog  # noqa: F401 (fixture)
 from tests.pgserver import create_database as create_pg
 
 SCHEMA = StructType(
@@ -58,22 +59,23 @@ def target(request, pg_shared):
         conn_cfg = {"host": pg_shared.host, "port": pg_shared.port, "user": pg_shared.user}
         cls, schema_name = PgSpy, "public"
 
-        def rows():
+        def rows(query="SELECT id, v FROM t ORDER BY id"):
             with psycopg.connect(info) as c:
-                return c.execute("SELECT id, v FROM t ORDER BY id").fetchall()
+                return c.execute(query).fetchall()
 
         def drop():
             with psycopg.connect(pg_shared.conninfo(), autocommit=True) as c:
                 c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     else:
-        conn_cfg = {"host": "127.0.0.1", "port": 3306, "user": "root"}
+        # a private server (the fixture's), not the machine's shared one
+        conn_cfg = request.getfixturevalue("mariadb_binlog").connection_settings()
         with pymysql.connect(**conn_cfg, autocommit=True) as c:
             create_mariadb(c, name)
         cls, schema_name = MysqlSpy, name
 
-        def rows():
+        def rows(query="SELECT id, v FROM t ORDER BY id"):
             with pymysql.connect(**conn_cfg, database=name) as c, c.cursor() as cur:
-                cur.execute("SELECT id, v FROM t ORDER BY id")
+                cur.execute(query)
                 return [tuple(r) for r in cur.fetchall()]
 
         def drop():
@@ -151,6 +153,46 @@ def test_a_bulk_copy_run_again_upserts_instead_of_duplicating(target):
     write(t, 1, [[(1, "a2"), (2, "b"), (3, "c")]])
     assert t.tried == [True, False]
     assert target.rows() == [(1, "a2"), (2, "b"), (3, "c")]
+
+
+UNCHANGED = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("v", StringType()),
+        StructField("w", StringType()),
+        StructField("__op", StringType()),
+        StructField("__pos", StringType()),
+        StructField("__unchanged", StringType()),
+    ]
+)
+
+
+def test_a_value_an_update_left_unchanged_is_kept(target):
+    """__unchanged names the columns an update did not send (PostgreSQL TOAST): the merge
+    takes them from the key's latest earlier row in the batch, else keeps the target's."""
+    t = target(UNCHANGED)
+    w = '["w"]'
+    write(t, 0, [[(1, "a", "W1", "r", "0", None), (2, "b", "W2", "r", "0", None)]])
+    write(
+        t,
+        1,
+        [
+            [(1, "a2", None, "u", "1", w), (2, "b", "W2new", "u", "2", None)],
+            [(2, "b2", None, "u", "3", w), (3, "c", "W3", "c", "4", None)],
+            [(3, "c2", None, "u", "5", w), (4, "d", None, "u", "6", w)],
+        ],
+    )
+    assert target.rows("SELECT id, v, w FROM t ORDER BY id") == [
+        (1, "a2", "W1"),  # kept from the target
+        (2, "b2", "W2new"),  # from the batch's earlier update
+        (3, "c2", "W3"),  # from the batch's insert
+        (4, "d", None),  # nothing known: NULL
+    ]
+    write(t, 2, [[(1, "a3", None, "u", "7", w), (3, "c3", "W3new", "u", "8", None)]])
+    assert target.rows("SELECT id, v, w FROM t WHERE id IN (1, 3) ORDER BY id") == [
+        (1, "a3", "W1"),
+        (3, "c3", "W3new"),
+    ]
 
 
 def test_an_upsert_never_reads_the_change_columns_it_does_not_stage():

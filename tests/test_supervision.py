@@ -83,10 +83,10 @@ def test_pause_keeps_the_offset_and_resume_delivers_the_rest(worker):
     run(
         worker,
         "CREATE SOURCE CONNECTOR g FROM datagen INTO s"
-        " WITH ('rows.total' = 3000, 'rows.per.second' = 1000, fields = 'id BIGINT SEQUENCE')",
-    )
+        " WITH ('rows.total' = 3000, 'rows.per.second' = 200, fields = 'id BIGINT SEQUENCE')",
+    )  # 15 s of rows: on a loaded machine the first batch may come seconds after the start
     stream = worker.home / "streams/s"
-    wait_until(lambda: (read_parquet_rows(stream) or [(0,)])[0][0] > 0, what="first rows")
+    wait_until(lambda: (read_parquet_rows(stream) or [(0,)])[0][0] > 0, 120, what="first rows")
     with pytest.raises(StateError, match="connector 'g' is RUNNING: resume needs it to be PAUSED"):
         run(worker, "RESUME CONNECTOR g")
     run(worker, "PAUSE CONNECTOR g")
@@ -187,7 +187,7 @@ def test_a_connector_without_progress_while_behind_is_stalled(worker):
         "CREATE SOURCE CONNECTOR stall_g FROM datagen INTO s WITH ('rows.total' = 1000000,"
         " 'rows.per.batch' = 1000, 'trigger.interval' = '1 hour', 'stall.timeout.ms' = 1500)",
     )
-    # (a slow first batch may be STALLED as "no batch completed" before; wait for the lag rule)
+    # (a slow first batch may be STALLED as "batch 0 running ..." before; wait for the lag rule)
     wait_until(
         lambda: (
             worker.catalog.get_connector("stall_g").state == "STALLED"

@@ -14,7 +14,10 @@ def redact_value(key: str, value: Any) -> Any:
     if isinstance(value, ast.SecretRef):
         return f"SECRET {value.name}"
     if is_reference(value):
-        return value  # ${env:X} or ${file:P}, not the secret itself ('${x' may be a password)
+        # ${env:X} or ${file:P}, not the secret itself ('${x' may be a password); a default
+        # written into the reference is a value, masked as one
+        name, default = value[2:-1].partition(":-")[::2]
+        return f"${{{name}:-{MASK}}}" if default and is_secret_key(key) else value
     return MASK if is_secret_key(key) else value
 
 
@@ -38,7 +41,12 @@ def written_secrets(stmt: ast.Statement) -> list[str]:
     if isinstance(stmt, ast.CreateSecret):
         return [stmt.value]
     given = {stmt.key: stmt.value} if isinstance(stmt, ast.Set) else getattr(stmt, "options", {})
-    return [str(v) for k, v in given.items() if redact_value(k, v) == MASK]
+    out = [str(v) for k, v in given.items() if redact_value(k, v) == MASK]
+    return out + [
+        str(v)[2:-1].partition(":-")[2]
+        for k, v in given.items()
+        if is_reference(v) and redact_value(k, v) != v
+    ]
 
 
 def statement_text(stmt: ast.Statement) -> str:

@@ -75,6 +75,26 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        5,
+        "stream retention by size and policy; a stream's size and its readers' progress;"
+        " records a sink lost to retention",
+        [
+            "ALTER TABLE streams ADD COLUMN retention_bytes VARCHAR",
+            "ALTER TABLE streams ADD COLUMN retention_policy VARCHAR",
+            "ALTER TABLE streams ADD COLUMN records BIGINT",
+            "ALTER TABLE streams ADD COLUMN files BIGINT",
+            "ALTER TABLE streams ADD COLUMN bytes BIGINT",
+            "ALTER TABLE streams ADD COLUMN oldest_record TIMESTAMP",
+            "ALTER TABLE streams ADD COLUMN newest_record TIMESTAMP",
+            "ALTER TABLE streams ADD COLUMN readers JSON",
+            "ALTER TABLE streams ADD COLUMN measured_at TIMESTAMP",
+            "ALTER TABLE connectors ADD COLUMN rows_lost BIGINT DEFAULT 0",
+        ],
+    )
+)
+
 LATEST = MIGRATIONS[-1][0]
 
 # connector_metrics keeps this many recent batches per connector

@@ -13,6 +13,9 @@ RESTARTING, FAILED, STOPPED, FINISHED, STALLED = (
     "STALLED",
 )
 
+# states in which a query runs: only these have a rows_per_sec above zero
+MOVING = (STARTING, RUNNING, STALLED, RESTARTING)
+
 STATES = (CREATED, STARTING, RUNNING, PAUSED, RESTARTING, FAILED, STOPPED, FINISHED, STALLED)
 
 # from-state -> states it may move to

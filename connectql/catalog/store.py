@@ -76,6 +76,17 @@ class StreamEntry:
     retention: str | None = None
     created_by: str | None = None
     key: str | None = None  # comma list of key columns; None: the stream has no key
+    retention_bytes: str | None = None
+    retention_policy: str | None = None  # None: the worker's default ('wait')
+
+    @property
+    def retention_options(self) -> dict[str, str | None]:
+        """The stream's own retention options, as given (None where not set)."""
+        return {
+            "retention": self.retention,
+            "retention.bytes": self.retention_bytes,
+            "retention.policy": self.retention_policy,
+        }
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -219,6 +230,8 @@ class Catalog:
             current = rows[0][0]
             states.check(name, current, new)
             sets, params = ["state = ?", "updated_at = ?"], [new, now()]
+            if new not in states.MOVING:  # a rate is of a query that runs, not a stale one
+                sets.append("rows_per_sec = 0")
             if error is not None:
                 sets.append("last_error = ?")
                 params.append(error)
@@ -288,8 +301,10 @@ class Catalog:
             self.con.execute(
                 "UPDATE connectors SET rows_total = rows_total + ?, rows_written = rows_written + ?,"
                 " rows_filtered = rows_filtered + ?, rows_dead_lettered = rows_dead_lettered + ?,"
-                " rows_per_sec = ?, last_batch_at = ?, lag = ? WHERE name = ?",
-                [*counts, p["processed_rows_per_sec"], p["started_at"], p.get("lag"), name],
+                " rows_per_sec = CASE WHEN state IN ? THEN ? ELSE 0 END, last_batch_at = ?,"
+                " lag = ? WHERE name = ?",
+                [*counts, list(states.MOVING), p["processed_rows_per_sec"], p["started_at"]]
+                + [p.get("lag"), name],
             )
             if p.get("end_offset") is not None:
                 self.con.execute(
@@ -306,8 +321,49 @@ class Catalog:
     def add_stream(self, s: StreamEntry) -> None:
         self.execute(
             "INSERT INTO streams (name, schema, schema_json, retention, path, created_at,"
-            " created_by, key) VALUES (?,?,?,?,?,?,?,?)",
-            [s.name, s.schema, s.schema_json, s.retention, s.path, now(), s.created_by, s.key],
+            " created_by, key, retention_bytes, retention_policy) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [
+                s.name,
+                s.schema,
+                s.schema_json,
+                s.retention,
+                s.path,
+                now(),
+                s.created_by,
+                s.key,
+                s.retention_bytes,
+                s.retention_policy,
+            ],
+        )
+
+    def set_stream_options(self, name: str, options: dict[str, str]) -> None:
+        """ALTER STREAM: the retention options given (the others stay)."""
+        columns = {"retention": "retention", "retention.bytes": "retention_bytes"}
+        columns["retention.policy"] = "retention_policy"
+        for key, value in options.items():
+            self.execute(f"UPDATE streams SET {columns[key]} = ? WHERE name = ?", [value, name])
+
+    def set_stream_stats(self, name: str, stats: dict[str, Any]) -> None:
+        """A stream's measured size and its readers' progress (see server/retainer.py)."""
+        self.execute(
+            "UPDATE streams SET records = ?, files = ?, bytes = ?, oldest_record = ?,"
+            " newest_record = ?, readers = ?, measured_at = ? WHERE name = ?",
+            [
+                stats["records"],
+                stats["files"],
+                stats["bytes"],
+                stats["oldest_record"],
+                stats["newest_record"],
+                json.dumps(stats["readers"]),
+                now(),
+                name,
+            ],
+        )
+
+    def add_rows_lost(self, name: str, rows: int) -> None:
+        self.execute(
+            "UPDATE connectors SET rows_lost = coalesce(rows_lost, 0) + ? WHERE name = ?",
+            [rows, name],
         )
 
     def set_stream_schema(
@@ -320,8 +376,8 @@ class Catalog:
 
     def find_stream(self, name: str) -> StreamEntry | None:
         rows = self.query(
-            "SELECT name, path, schema, schema_json, retention, created_by, key"
-            " FROM streams WHERE name = ?",
+            "SELECT name, path, schema, schema_json, retention, created_by, key,"
+            " retention_bytes, retention_policy FROM streams WHERE name = ?",
             [name],
         )[1]
         return StreamEntry(*rows[0]) if rows else None

@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 
-def _log_files(meta: Path) -> list[Path]:
+def log_files(meta: Path) -> list[Path]:
     """The compacted log file (if any) and every batch file after it, in batch order."""
     batches = []
+    if not meta.is_dir():
+        return []
     for f in meta.iterdir():
         stem = f.name.removesuffix(".compact")
         if stem.isdigit() and not f.name.startswith("."):
@@ -29,7 +32,7 @@ def committed_entries(stream_path: str | Path) -> list[dict]:
     if not meta.is_dir():
         return []
     files: dict[str, dict] = {}
-    for log in _log_files(meta):
+    for log in log_files(meta):
         for line in log.read_text().splitlines()[1:]:  # first line is the log version
             if not line.strip():
                 continue
@@ -140,3 +143,59 @@ def append_table(stream_path: str | Path, name: str, table) -> bool:
     tmp.replace(target)
     append_files(stream, [target])
     return True
+
+
+def remove_files(stream_path: str | Path, paths: set[str]) -> None:
+    """Take committed files out of a stream's log (retention): empty batches up to the next
+    compaction batch, whose compact file then lists every committed file but these. Spark's
+    readers see the files gone once that compact file exists; the files on disk are the
+    caller's to delete, after."""
+    meta = Path(stream_path) / "_spark_metadata"
+    with _append_lock:
+        while True:
+            n = _latest_batch(meta) + 1
+            compact = (n + 1) % COMPACT_INTERVAL == 0
+            body = [e for e in committed_entries(stream_path) if e["path"] not in paths]
+            name = f"{n}.compact" if compact else str(n)
+            tmp = meta / f".{name}.{os.getpid()}.tmp"
+            tmp.write_text("v1\n" + "\n".join(json.dumps(e) for e in body) if compact else "v1\n")
+            try:
+                os.link(tmp, meta / name)
+                if compact:
+                    return
+            except FileExistsError:  # another writer took this id: take the next
+                continue
+            finally:
+                tmp.unlink()
+
+
+def prune_log(stream_path: str | Path, min_age_s: float = 600) -> int:
+    """Delete log files that no reader needs: those before the previous compact file and
+    older than `min_age_s` (a reader that listed the log just before a compaction may still
+    read them, as Spark's own cleanupDelay allows). Returns how many went."""
+    meta = Path(stream_path) / "_spark_metadata"
+    compacts = sorted(int(f.name.removesuffix(".compact")) for f in meta.glob("*.compact"))
+    if len(compacts) < 2:
+        return 0
+    keep_from, cutoff, gone = compacts[-2], time.time() - min_age_s, 0
+    for f in meta.iterdir():
+        stem = f.name.removesuffix(".compact")
+        if stem.isdigit() and int(stem) < keep_from and f.stat().st_mtime < cutoff:
+            f.unlink(missing_ok=True)
+            gone += 1
+    return gone
+
+
+def sweep_orphans(stream_path: str | Path, min_age_s: float = 600) -> int:
+    """Delete data files in a stream's folder that its log does not list (left by a retention
+    pass killed between the log and the disk, or a batch killed before its commit) once older
+    than `min_age_s`: a writer moves its files in just before committing them. Returns how many
+    went."""
+    stream = Path(stream_path)
+    listed = {str(Path(f)) for f in committed_files(stream)}
+    cutoff, gone = time.time() - min_age_s, 0
+    for f in stream.glob("*.parquet"):
+        if str(f.resolve()) not in listed and f.stat().st_mtime < cutoff:
+            f.unlink(missing_ok=True)
+            gone += 1
+    return gone

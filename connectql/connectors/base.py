@@ -34,11 +34,14 @@ class ReaderSpec:
     count_rows: Callable[[], int | None] | None = field(default=None, compare=False)
     secret_options: tuple[str, ...] = ()  # option names whose values must never be shown
     corrupt_column: str | None = None  # column holding the raw text of a record that did not parse
+    # Spark skips the files it cannot read (ignoreCorruptFiles); each becomes a dead letter
+    skips_unreadable: bool = False
     key: tuple[str, ...] = ()  # columns identifying a row (a table's primary key)
     # Called at CREATE when `schema` is None and the source knows its own schema (database
     # tables): what it reads, one Found per table of a multi-table source; raises PlanError
     # naming what is wrong.
     discover: Callable[[], list[Found]] | None = field(default=None, compare=False)
+    endpoint: str | None = None  # host:port the reads wait on (named when a batch hangs)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class WriterSpec:
     # columns of the input the writer never reads: dropped before it, so Spark does not read
     # them from the stream at all (e.g. an upsert's __source)
     unused: tuple[str, ...] = ()
+    endpoint: str | None = None  # host:port the writes wait on (named when a batch hangs)
 
 
 @dataclass(frozen=True)

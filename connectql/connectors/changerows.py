@@ -4,6 +4,7 @@ insert, the change-data columns, and those columns on snapshot rows."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -63,8 +64,9 @@ class ChangeRows:
                 )
 
     def _row(self, op: str, values: dict, meta: dict, types: dict) -> None:
-        for f in self.data:
-            self.columns[f.name].append(self.convert(values.get(f.name), f, types))
+        row = [self.convert(values.get(f.name), f, types) for f in self.data]  # may raise
+        for f, value in zip(self.data, row, strict=True):
+            self.columns[f.name].append(value)
         for name, value in {"__op": op, **meta}.items():
             if name in self.columns:
                 self.columns[name].append(value)
@@ -73,6 +75,26 @@ class ChangeRows:
     def batch(self) -> pa.RecordBatch:
         arrays = [pa.array(self.columns[f.name], f.type) for f in self.arrow]
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
+
+
+DEAD_LETTERS = ""  # the __table of a several-table source's dead letters (no table is named '')
+
+
+def dead_letters(records: list[dict], schema: StructType) -> pa.RecordBatch:
+    """Changes a source could not read, as rows of its change-data columns only: `__op` '!',
+    and in `__source` the JSON of each record (table, offset, error_class, error_message,
+    raw_record); runtime/deadletters.py turns them into dead-letter rows."""
+    n = len(records)
+    values = {
+        "__op": ["!"] * n,
+        "__ts_ms": [r.get("ts_ms") for r in records],
+        "__pos": [r.get("pos") for r in records],
+        "__source": [json.dumps(r, sort_keys=True, default=str) for r in records],
+    }
+    target = arrow_schema(StructType([f for f in schema.fields if f.name in META_COLUMNS]))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(values[f.name], f.type) for f in target], schema=target
+    )
 
 
 def with_snapshot_columns(
@@ -85,6 +107,7 @@ def with_snapshot_columns(
         "__ts_ms": pa.array([time.time_ns() // 1_000_000] * n, pa.int64()),
         "__pos": pa.array([pos] * n, pa.string()),
         "__source": pa.array([source] * n, pa.string()),
+        "__unchanged": pa.nulls(n, pa.string()),
     }
     target = arrow_schema(schema)
     arrays = [meta[f.name] if f.name in meta else batch.column(f.name) for f in target]

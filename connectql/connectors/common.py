@@ -19,9 +19,10 @@ SOURCE_COMMON = {
             "tasks.max",
             "int",
             1,
-            doc="parallelism: a source's input partitions per micro-batch; above 1 on a sink,"
-            " the most writer tasks (Spark splits a batch's stream files, about one per core,"
-            " without a shuffle)",
+            doc="parallelism: a source's input partitions per micro-batch (datagen's rows;"
+            " a database source's snapshot chunk or poll range on one integer key; a change-log"
+            " batch is one partition); the file source refuses it above 1 (Spark splits files"
+            " itself)",
         ),
         Option(
             "trigger.interval",
@@ -41,12 +42,13 @@ SOURCE_COMMON = {
             "none",
             choices=("none", "all"),
             doc="'none': a bad record fails the connector; 'all': it goes to the dead-letter"
-            " stream and the connector goes on",
+            " stream and the connector goes on; refused where no bad record can occur"
+            " (datagen, the file sink)",
         ),
         Option(
             "errors.deadletter.stream",
             doc="stream that receives bad records (with connector, stage, source offset, error"
-            " and the raw record); needed with errors.tolerance = 'all'",
+            " and the raw record); needed with errors.tolerance = 'all', refused without it",
         ),
         Option(
             "errors.retry.max",
@@ -64,16 +66,26 @@ SOURCE_COMMON = {
             "stall.timeout.ms",
             "int",
             60000,
-            doc="STALLED when no progress this long while the source has newer data",
+            doc="STALLED when no progress this long while the source has newer data, or when a"
+            " batch has been running this long (e.g. waiting on a server that does not answer)",
         ),
         Option(
             "initial.state",
             "enum",
             "running",
             choices=("running", "paused"),
-            doc="'running', or 'paused': create without starting",
+            doc="'running', or 'paused': create without starting; CREATE only (ALTER refuses"
+            " it: use PAUSE or RESUME CONNECTOR)",
         ),
     ]
 }
 
-SINK_COMMON = SOURCE_COMMON
+SINK_COMMON = {
+    **SOURCE_COMMON,
+    "tasks.max": Option(
+        "tasks.max",
+        "int",
+        doc="the most writer tasks per micro-batch (Spark splits a batch's stream files without"
+        " a shuffle); absent: no cap, about one task per core",
+    ),
+}

@@ -586,6 +586,11 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
         raise ValidationError(
             "datagen with run = 'once' needs rows.total (an unbounded generator never finishes)"
         )
+    if opts["errors.tolerance"] == "all":
+        raise ValidationError(
+            "datagen refuses errors.tolerance = 'all': it makes every row itself from its"
+            " fields, so it never meets a bad record and a dead-letter stream would stay empty"
+        )
     keys = ("fields", "rows.total", "rows.per.second", "rows.per.batch", "seed", "tasks.max")
     spark_options = {k: str(opts[k]) for k in keys if opts.get(k) is not None}
     read_settings(spark_options)  # a bad fields spec or bound fails here, at CREATE

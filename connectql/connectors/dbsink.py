@@ -18,10 +18,14 @@ from pyspark.sql.types import StructType
 
 from connectql.catalog.streams import append_table
 from connectql.connectors.base import WriterSpec
+from connectql.connectors.bounds import check_bounds, endpoint
 from connectql.connectors.options import Option, from_spark_options, to_spark_options
 from connectql.errors import PlanError
 
-META_COLUMNS = ("__op", "__ts_ms", "__pos", "__source")  # change-data columns (DESIGN.md)
+# change-data columns (DESIGN.md); __unchanged (PostgreSQL sources): a JSON list of the columns an
+# update left unchanged without sending their values (TOAST), whose values a merge keeps
+META_COLUMNS = ("__op", "__ts_ms", "__pos", "__source", "__unchanged")
+UNCHANGED = "__unchanged"
 SEQ_COLUMN = "__cq_seq"  # a staged row's place in the batch: partition << 40 | row number
 PROGRESS_TABLE = "connectql_sink_progress"
 
@@ -120,7 +124,8 @@ def sink_options(qualified: str) -> dict[str, Option]:
             Option(
                 "delete.enabled",
                 "bool",
-                doc="apply __op = 'd' rows as deletes; default: true in upsert mode",
+                doc="apply __op = 'd' rows as deletes; default: true in upsert mode; refused"
+                " with mode = 'append' (which inserts every row)",
             ),
         ]
     }
@@ -129,8 +134,15 @@ def sink_options(qualified: str) -> dict[str, Option]:
 def writer_spec(fmt: str, opts: dict[str, Any], stream, connection, place, prepare) -> WriterSpec:
     """The WriterSpec of a database sink into `place` = (schema or database, table); at CREATE
     `prepare(settings, struct, where)` readies the target or names what is wrong."""
+    where = f"{fmt.removeprefix('connectql_')} sink into {place[0]}.{place[1]}"
+    check_bounds(opts, where)
     mode, key = sink_mode(opts, stream.key_columns if stream else ())
     delete = opts.get("delete.enabled")
+    if delete and mode == "append":
+        raise PlanError(
+            "delete.enabled = true needs mode = 'upsert': mode = 'append' inserts every row,"
+            " a delete (__op = 'd') too, since it has no key to delete by"
+        )
     s = SinkSettings(
         connection=connection,
         schema=place[0],
@@ -141,13 +153,13 @@ def writer_spec(fmt: str, opts: dict[str, Any], stream, connection, place, prepa
         auto_create=opts["auto.create"],
         auto_evolve=opts["auto.evolve"],
     )
-    where = f"{fmt.removeprefix('connectql_')} sink into {place[0]}.{place[1]}"
     return WriterSpec(
         fmt,
         s.to_options(),
         secret_options=("password",),
         check=lambda struct: prepare(s, struct, where),
         unused=unread_columns(mode),
+        endpoint=endpoint(connection),
     )
 
 
@@ -160,7 +172,7 @@ def target_columns(names: list[str], mode: str) -> list[str]:
 
 def staged_columns(names: list[str], mode: str) -> list[str]:
     """The columns a batch stages: the target's, plus what an upsert orders and deletes by."""
-    keep = [c for c in ("__op", "__pos") if c in names] if mode == "upsert" else []
+    keep = [c for c in ("__op", "__pos", UNCHANGED) if c in names] if mode == "upsert" else []
     return target_columns(names, mode) + keep
 
 
@@ -578,12 +590,46 @@ class Target:
         ):
             return
         self.temp_table(conn, "cq_last", last_change_select(self.quote, s.key, names, source))
+        if UNCHANGED in names:
+            self.keep_unchanged(conn, target, source, cols)
         live = ""
         if "__op" in names:
             live = LIVE
             if has_deletes(names, s):
                 self.execute(conn, self.delete_sql(target, "cq_last"))
         self.execute(conn, self.upsert_sql(target, cols, f"SELECT {listed} FROM cq_last{live}"))
+
+    def keep_unchanged(self, conn, target: str, source: str, cols: list[str]) -> None:
+        """Fill in cq_last the values an update left unchanged (UNCHANGED lists them): from
+        the key's latest earlier row in the batch that carried the column, else from the
+        target (the value before this batch)."""
+        lists = self.execute(
+            conn, f"SELECT DISTINCT {UNCHANGED} FROM cq_last WHERE {UNCHANGED} IS NOT NULL"
+        )
+        named = {c for (text,) in lists for c in json.loads(text)}
+        key = [self.quote(k) for k in self.s.key]
+        order = ", ".join(f"x.{self.quote(c)} DESC" for c in change_order(self.names))
+        for c in [c for c in cols if c in named and c not in self.s.key]:
+            q, listed = self.quote(c), unchanged_pattern(c)
+            same = " AND ".join(f"x.{k} = cq_last.{k}" for k in key)
+            self.execute(
+                conn,
+                f"UPDATE cq_last SET {q} = (SELECT x.{q} FROM {target} x WHERE {same})"
+                f" WHERE {UNCHANGED} LIKE %s",
+                (listed,),
+            )
+            carried = (
+                f"SELECT x.{q} FROM ({source}) x WHERE {same}"
+                " AND (x.__op IS NULL OR x.__op <> 'd')"
+                f" AND (x.{UNCHANGED} IS NULL OR x.{UNCHANGED} NOT LIKE %s)"
+                f" ORDER BY {order} LIMIT 1"
+            )
+            self.execute(
+                conn,
+                f"UPDATE cq_last SET {q} = ({carried}) WHERE {UNCHANGED} LIKE %s"
+                f" AND EXISTS ({carried})",
+                (listed, listed, listed),
+            )
 
     def insert_new(self, conn, insert: str) -> bool:
         """Run `insert`, a plain INSERT of the batch's rows, in a savepoint. Without deletes,
@@ -598,6 +644,12 @@ class Target:
             if self.rejects(e):
                 return False
             raise
+
+
+def unchanged_pattern(column: str) -> str:
+    """A LIKE pattern matching an UNCHANGED list that names `column`."""
+    quoted = json.dumps(column)
+    return "%" + quoted.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def inserts_only(messages) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 from connectql.connectors import multitable
 from connectql.connectors.base import Found, ReaderSpec
+from connectql.connectors.bounds import check_bounds, endpoint
 from connectql.connectors.options import Option
 from connectql.errors import PlanError
 
@@ -74,6 +75,7 @@ def source_options(log: str) -> dict[str, Option]:
 
 
 def check_source_options(opts: dict[str, Any], where: str) -> None:
+    check_bounds(opts, where)
     mode = opts["mode"]
     if not opts.get("table") and not opts.get("query"):
         raise PlanError(
@@ -128,6 +130,7 @@ def config_fields(opts: dict[str, Any]) -> dict[str, Any]:
         "poll_ms": opts.get("poll.interval.ms") or (100 if mode == "cdc" else 5000),
         "tasks": opts["tasks.max"],
         "schema_change": opts["schema.change"],
+        "tolerance": opts.get("errors.tolerance") or "none",
     }
 
 
@@ -155,4 +158,5 @@ def reader_spec(
         secret_options=("password",),
         discover=found,
         count_rows=count if snapshot else None,
+        endpoint=endpoint(cfg.connection),
     )

@@ -31,12 +31,15 @@ def markdown() -> str:
         if not plugin.installed:
             continue
         for kind in plugin.kinds:
+            options = plugin.options_for(kind)
+            # a common option declared otherwise for this kind (a sink's tasks.max) is shown
+            same = {k for k, o in SOURCE_COMMON.items() if options.get(k) == o}
             parts += [
                 f"### `{plugin.type}` {kind}",
                 "",
                 plugin.doc,
                 "",
-                option_table(plugin.options_for(kind), skip=SOURCE_COMMON),
+                option_table(options, skip=same),
                 "",
             ]
     return "\n".join(parts).rstrip() + "\n"

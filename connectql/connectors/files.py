@@ -8,6 +8,7 @@ from typing import Any
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
 from connectql.connectors.options import Option
+from connectql.errors import ValidationError
 
 CORRUPT_COLUMN = "_corrupt_record"
 
@@ -31,7 +32,8 @@ SOURCE_OPTIONS = {
             Option(
                 "schema",
                 doc="Spark DDL of the rows, e.g. 'id BIGINT, name STRING';"
-                " inferred from existing files when absent (csv, json, parquet)",
+                " inferred from existing files when absent (csv, json, parquet);"
+                " text: 'value STRING' only",
             ),
             Option("header", "bool", True, doc="csv: the first line holds column names"),
             Option(
@@ -62,7 +64,30 @@ SINK_OPTIONS = {
 }
 
 
+TEXT_SCHEMA = "value STRING"
+
+
+def _check_source(opts: dict[str, Any]) -> None:
+    """Refuse what Spark's file source would silently not do."""
+    if opts["tasks.max"] > 1:
+        raise ValidationError(
+            f"file source: tasks.max = {opts['tasks.max']} is refused: Spark's file source"
+            " splits files into tasks by size itself (files.max.per.trigger bounds a batch)"
+        )
+    given = opts.get("schema")
+    if opts["format"] == "text" and given and _plain(given) != _plain(TEXT_SCHEMA):
+        raise ValidationError(
+            f"file source: format = 'text' reads each line as one column, so schema must be"
+            f" '{TEXT_SCHEMA}' (or absent), not '{given}'"
+        )
+
+
+def _plain(ddl: str) -> str:
+    return " ".join(ddl.replace("`", "").split()).lower()
+
+
 def plan_source(opts: dict[str, Any]) -> ReaderSpec:
+    _check_source(opts)
     fmt = opts["format"]
     spark_opts: dict[str, str] = {}
     if fmt == "csv":
@@ -75,15 +100,28 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
             spark_opts.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT_COLUMN)
         else:
             spark_opts["mode"] = "FAILFAST"
+    unreadable = fmt in ("parquet", "text") and opts["errors.tolerance"] == "all"
+    if unreadable:
+        spark_opts["ignoreCorruptFiles"] = "true"
     if opts.get("files.max.per.trigger"):
         spark_opts["maxFilesPerTrigger"] = str(opts["files.max.per.trigger"])
-    schema = "value STRING" if fmt == "text" else opts.get("schema")
+    schema = TEXT_SCHEMA if fmt == "text" else opts.get("schema")
     return ReaderSpec(
-        format=fmt, options=spark_opts, path=opts["path"], schema=schema, corrupt_column=corrupt
+        format=fmt,
+        options=spark_opts,
+        path=opts["path"],
+        schema=schema,
+        corrupt_column=corrupt,
+        skips_unreadable=unreadable,
     )
 
 
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
+    if opts["errors.tolerance"] == "all":
+        raise ValidationError(
+            "file sink refuses errors.tolerance = 'all': it writes every row of its stream as"
+            " it is (the stream's types are fixed), so it never meets a bad record"
+        )
     spark_opts = {"header": str(opts["header"]).lower()} if opts["format"] == "csv" else {}
     return WriterSpec(format=opts["format"], options=spark_opts, path=opts["path"])
 

@@ -37,13 +37,15 @@ class Table:
     name: str
     columns: tuple[tuple[str, str, str], ...]
     key: tuple[str, ...]
+    extra_cdc: tuple[tuple[str, str], ...] = ()  # a database's own change-data columns
 
     @property
     def qualified(self) -> str:
         return f"{self.schema}.{self.name}"
 
     def ddl(self, cdc: bool) -> str:
-        cols = [(n, s) for n, _db, s in self.columns] + (list(CDC_COLUMNS) if cdc else [])
+        changes = [*CDC_COLUMNS, *self.extra_cdc] if cdc else []
+        cols = [(n, s) for n, _db, s in self.columns] + changes
         return ", ".join(f"`{n}` {t}" for n, t in cols)
 
 
@@ -67,6 +69,7 @@ class TableConfig:
     schema_change: str = "fail"
     connector: str = ""
     patterns: tuple[str, ...] = ()  # several tables: names and patterns, resolved at CREATE
+    tolerance: str = "none"  # errors.tolerance: 'all' sends a change it cannot read to dead letters
 
     def for_table(self, table: str | None):
         """These settings for one of the source's tables."""
@@ -162,8 +165,23 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Every change up to `position` is processed (e.g. advance a replication slot)."""
 
     def log_read(self, conn, part: Range) -> Iterator[tuple[str | None, pa.RecordBatch]]:
-        """(table, its change rows) of the captured tables' changes in the range."""
+        """(table, its change rows) of the captured tables' changes in the range; changes it
+        cannot read as (DEAD_LETTERS, changerows.dead_letters(...)) when `self.tolerant`,
+        else a ConnectQLError naming the table and the change's position."""
         raise NotImplementedError
+
+    @property
+    def tolerant(self) -> bool:
+        """A change one table cannot read goes to the dead-letter stream and the others go on
+        (several tables with errors.tolerance = 'all'; one table fails the connector)."""
+        return self.multi and self.cfg.tolerance == "all"
+
+    def log_snapshot(self, conn, table: str | None, part: Range) -> Iterator[pa.RecordBatch]:
+        """cdc: a table without a key, read whole; a database that can should read it as it
+        was at the change-log position `part.log_from`, so that no row is both in it and in
+        the changes after that position. By default: as it is now."""
+        db = self.dialect(conn, self.meta(conn, table))
+        return polling.read_range(db, self._src(table), [], None, None)
 
     def log_order(self, position):
         """A sortable form of a position."""
@@ -376,7 +394,10 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             db = self.dialect(conn, self.meta(conn, table))
             incremental = self.cfg.mode == "incremental"
             columns = self.cfg.ordering if incremental else self.meta(conn, table).key
-            rows = polling.read_range(db, self._src(table), columns, part.after, part.upto)
+            if self.cdc and not columns:
+                rows = self.log_snapshot(conn, table, part)
+            else:
+                rows = polling.read_range(db, self._src(table), columns, part.after, part.upto)
             for batch in rows:
                 if self.cdc:
                     batch = self.with_snapshot_columns(batch, table, part.log_from)

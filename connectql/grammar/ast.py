@@ -67,7 +67,7 @@ class CreateSecret(Statement):
 
 @dataclass
 class Show(Statement):
-    what: str  # 'connectors' | 'streams' | 'plugins' | 'secrets'
+    what: str  # 'connectors' | 'streams' | 'plugins' | 'secrets' | 'settings'
     like: str | None = None
 
 
@@ -85,6 +85,12 @@ class ConnectorAction(Statement):
 
 @dataclass
 class AlterConnector(Statement):
+    name: str
+    options: dict[str, Value]
+
+
+@dataclass
+class AlterStream(Statement):
     name: str
     options: dict[str, Value]
 

@@ -19,6 +19,7 @@ from connectql.connectors.options import is_secret_key
 from connectql.errors import ParseError
 from connectql.grammar.ast import (
     AlterConnector,
+    AlterStream,
     ConnectorAction,
     CreateSecret,
     CreateSinkConnector,
@@ -197,6 +198,9 @@ class _Build(Transformer):
     def show_secrets(self, _):
         return Show("secrets")
 
+    def show_settings(self, _):
+        return Show("settings")
+
     def describe_what(self, items):
         return ("what", str(items[0]).lower())
 
@@ -216,6 +220,9 @@ class _Build(Transformer):
 
     def alter(self, items):
         return AlterConnector(**_fields(items))
+
+    def alter_stream(self, items):
+        return AlterStream(**_fields(items))
 
     def drop(self, items):
         return Drop(**_fields(items))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from connectql.grammar.ast import (
     AlterConnector,
+    AlterStream,
     ConnectorAction,
     CreateSecret,
     CreateSinkConnector,
@@ -125,6 +126,7 @@ _PRINTERS: dict[type, Callable] = {
     Describe: lambda s: f"DESCRIBE {s.what.upper()} {s.name}",
     ConnectorAction: _action,
     AlterConnector: lambda s: f"ALTER CONNECTOR {s.name} SET {_options(s.options)}",
+    AlterStream: lambda s: f"ALTER STREAM {s.name} SET {_options(s.options)}",
     Drop: _drop,
     Explain: lambda s: "EXPLAIN " + to_sql(s.statement),
     Set: lambda s: f"SET {_key(s.key)} = {value_sql(s.value)}",

@@ -152,8 +152,11 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
     where = f"{entry.kind} connector '{entry.name}'"
     plugin = registry.lookup(connector_type(entry.type, entry.options, where), entry.kind)
     stream = target_stream(entry.stream, entry.options, where)
-    options = validate(plugin.options_for(entry.kind), entry.options, where)
-    resolved = resolve(options, ctx.secrets)
+    specs = plugin.options_for(entry.kind)
+    options = validate(specs, entry.options, where)
+    if options.get("tasks.max") is not None and options["tasks.max"] < 1:
+        raise PlanError(f"{where}: tasks.max must be 1 or more, got {options['tasks.max']}")
+    resolved = resolve(options, ctx.secrets, specs, where)
     if entry.kind == "source":
         reader, transform = plugin.plan_source(resolved), None
         writer = WriterSpec(STREAM_WRITER, path=ctx.stream_path(stream))
@@ -172,7 +175,7 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
         checkpoint=ctx.checkpoint(entry.name),
         run=options["run"],
         interval_ms=duration_ms(interval) if interval else None,
-        tasks=options["tasks.max"],
+        tasks=options.get("tasks.max") or 1,
         initial_state=options["initial.state"],
         transform=transform,
         deadletter=deadletter,
@@ -191,6 +194,11 @@ def _deadletter(options: dict[str, Any], stream: str, where: str) -> str | None:
         )
     if name and name == stream:
         raise PlanError(f"{where}: the dead-letter stream must not be the connector's stream")
+    if name and options["errors.tolerance"] == "none":
+        raise PlanError(
+            f"{where}: errors.deadletter.stream = '{name}' needs errors.tolerance = 'all';"
+            " with 'none' a bad record fails the connector and nothing reaches that stream"
+        )
     return name if options["errors.tolerance"] == "all" else None
 
 
@@ -205,7 +213,9 @@ def _stream_reader(stream: str, entry: ConnectorEntry, ctx: PlanContext):
         raise PlanError(
             f"stream '{stream}' has no schema yet: create a source connector into it first"
         )
-    reader = ReaderSpec(STREAM_FORMAT, path=s.path, schema=s.schema)
+    # retention.policy = 'drop' may remove a file a sink has planned into a batch but not yet
+    # committed: its replay then skips the file (those records are reported lost) instead of failing
+    reader = ReaderSpec(STREAM_FORMAT, {"ignoreMissingFiles": "true"}, path=s.path, schema=s.schema)
     if not entry.select_sql:
         return reader, None
     return reader, compile_select(entry.select_sql, stream, stream_columns(s))

@@ -4,11 +4,18 @@ connector, the stage, the source offset, the error and the raw record."""
 from __future__ import annotations
 
 import functools
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
-from connectql.connectors.multitable import select_table
+from connectql.connectors.changerows import DEAD_LETTERS
+from connectql.connectors.multitable import TABLE_COLUMN, select_table
+from connectql.runtime.errors import short_error
 from connectql.runtime.streamwriter import Output
 
 # the columns of every dead-letter stream: these text columns, then `time`
@@ -33,15 +40,74 @@ def outputs(plan) -> list[Output]:
     'none', nowhere: the reader fails on them instead)."""
     col = plan.reader.corrupt_column
     if plan.table_paths:  # several tables: each table's rows to its own stream
-        return [
+        tables = [
             Output(path, functools.partial(select_table, table=t))
             for t, path in plan.table_paths.items()
         ]
+        dead = Output(plan.deadletter_path, functools.partial(_unread_changes, plan=plan))
+        return tables + ([dead] if plan.deadletter_path else [])
+    if plan.reader.skips_unreadable:
+        good = Output(plan.writer.path, lambda df: df.drop(FILE_COLUMN))
+        bad = Output(plan.deadletter_path, functools.partial(_unread_files, plan=plan), True)
+        return [good, bad]
     if not col:
         return [Output(plan.writer.path, lambda df: df)]
     good = Output(plan.writer.path, lambda df: df.where(F.col(col).isNull()).drop(col, FILE_COLUMN))
     bad = Output(plan.deadletter_path, lambda df: _dead_letters(df, plan))
     return [good, bad]
+
+
+def _unread_files(df, batch_id: int, plan):
+    """A dead letter for each file of the batch that Spark skipped as unreadable: a file that
+    gave no row although it holds some (or cannot be opened)."""
+    seen = {r[0] for r in df.select(FILE_COLUMN).distinct().collect()}
+    now = datetime.now(timezone.utc)
+    rows = [
+        (plan.connector, "read", json.dumps({"file": f}), "UNREADABLE_FILE", why, None, now)
+        for f in batch_files(plan.checkpoint, batch_id)
+        if f not in seen and (why := _unreadable(f, plan.reader))
+    ]
+    return df.sparkSession.createDataFrame(rows, DEADLETTER_DDL)
+
+
+def batch_files(checkpoint: str, batch_id: int) -> list[str]:
+    """The files Spark's file source gave batch `batch_id`, from its log in the checkpoint (a
+    compacted log file holds every earlier batch's entries too)."""
+    log = Path(checkpoint) / "sources" / "0"
+    path = log / str(batch_id)
+    if not path.exists():
+        path = log / f"{batch_id}.compact"
+    entries = [json.loads(line) for line in path.read_text().splitlines()[1:] if line.strip()]
+    return [e["path"] for e in entries if e.get("batchId", batch_id) == batch_id]
+
+
+def _unreadable(uri: str, reader) -> str | None:
+    """Why a file that gave no row is a dead letter, or None when it simply holds none."""
+    local = unquote(urlparse(uri).path)
+    if reader.format == "text":
+        return "Spark could not read the file" if Path(local).stat().st_size else None
+    try:
+        found = pq.ParquetFile(local)
+    except Exception as e:  # not a Parquet file at all, or a damaged one
+        return f"not a readable parquet file: {short_error(str(e))}"
+    if found.metadata.num_rows == 0:
+        return None
+    columns = ", ".join(f"{f.name} {f.type}" for f in found.schema_arrow)
+    return f"its columns ({columns}) do not fit the schema ({reader.schema})"
+
+
+def _unread_changes(df, plan):
+    """The changes a source of several tables could not read (changerows.dead_letters)."""
+    field = functools.partial(F.get_json_object, F.col("__source"))
+    return df.where(F.col(TABLE_COLUMN) == DEAD_LETTERS).select(
+        F.lit(plan.connector).alias("connector"),
+        F.lit("read").alias("stage"),
+        field("$.offset").alias("source_offset"),
+        field("$.error_class").alias("error_class"),
+        field("$.error_message").alias("error_message"),
+        field("$.raw_record").alias("raw_record"),
+        F.current_timestamp().alias("time"),
+    )
 
 
 def _dead_letters(df, plan):

@@ -29,6 +29,7 @@ from connectql.runtime.streamwriter import StreamWriter, writer_id
 log = logging.getLogger("connectql.runtime")
 
 OBSERVED = "connectql"  # the observed metrics of every query: rows that reach its writer
+STOP_WAIT_S = 5.0  # a stop (PAUSE, DROP, shutdown) waits no longer for a query to end
 
 
 def lag(end: str | None, latest: str | None, field: str | None) -> int | None:
@@ -76,9 +77,16 @@ class Engine:
     """Owns the SparkSession's queries. `on_progress(name, row)` and
     `on_terminated(name, error_or_None, stopped_by_us)` are called from Spark's listener thread."""
 
-    def __init__(self, settings: dict[str, str], on_progress: Callable, on_terminated: Callable):
+    def __init__(
+        self,
+        settings: dict[str, str],
+        on_progress: Callable,
+        on_terminated: Callable,
+        on_session: Callable | None = None,
+    ):
         self.settings = settings
         self.on_progress, self.on_terminated = on_progress, on_terminated
+        self.on_session = on_session  # called with the session once it exists
         self.queries: dict[str, Any] = {}
         self.plans: dict[str, Plan] = {}
         self.finished: dict[str, threading.Event] = {}
@@ -86,6 +94,7 @@ class Engine:
         self._stopping: set[str] = set()
         self._dead: dict[tuple[str, int], int] = {}  # (connector, batch) -> rows dead-lettered
         self._reported: dict[str, int] = {}  # query run id -> last batch id reported
+        self.lingering: dict[str, Stopper] = {}  # stopped queries still stuck in a call
         self._spark = None
         self._lock = threading.RLock()
 
@@ -93,6 +102,8 @@ class Engine:
     def spark(self):
         if self._spark is None:
             self._spark = get_session(self.settings)
+            if self.on_session is not None:
+                self.on_session(self._spark)
             self._listener = _Listener(self)
             self._spark.streams.addListener(self._listener)
         return self._spark
@@ -129,6 +140,15 @@ class Engine:
         return _transformed(empty, plan).schema
 
     def start(self, plan: Plan) -> None:
+        stuck = self.lingering.get(plan.connector)
+        if stuck is not None:  # a stop that took long may just be finishing: wait a little
+            stuck.join(STOP_WAIT_S)
+        if stuck is not None and stuck.is_alive():
+            raise RuntimeError(
+                f"the previous run of {plan.connector} is still stuck in a call to its server"
+                " (it ends when the call gives up: read.timeout.ms)"
+            )
+        self.lingering.pop(plan.connector, None)
         spark = self.spark
         # Python data source writers are looked up in the JVM thread's active session; a start
         # from a restart timer's thread has none
@@ -136,8 +156,8 @@ class Engine:
         df = _transformed(self._read(spark, plan), plan)
         if plan.writer.unused:
             df = df.drop(*plan.writer.unused)
-        if plan.kind == "sink" and plan.tasks > 1:
-            # at most tasks.max writers, without a shuffle: Spark splits the batch's stream
+        if plan.kind == "sink" and plan.options.get("tasks.max"):
+            # at most tasks.max writers (when given), without a shuffle: Spark splits the stream
             # files (row groups of streamwriter.ROW_GROUP_BYTES) about one task per core; a
             # round-robin repartition cost a pass over the rows and scattered their order
             df = df.coalesce(plan.tasks)
@@ -179,7 +199,8 @@ class Engine:
         return writer.options(**ids)
 
     def _stream_batch(self, plan: Plan, batch_id: int, rows: dict[str, int]) -> None:
-        if plan.deadletter_path:
+        # an unread file's dead letter stands for no input row: it is not counted as one
+        if plan.deadletter_path and plan.reader.corrupt_column:
             self._dead[(plan.connector, batch_id)] = rows.get(plan.deadletter_path, 0)
 
     def _read(self, spark, plan: Plan):
@@ -190,24 +211,31 @@ class Engine:
             reader = reader.schema(r.schema + extra)
         if not r.path:  # a Python data source: its connector's name (e.g. for a slot name)
             reader = reader.option("connectql.connector", plan.connector)
+            reader = reader.option("connectql.checkpoint", plan.checkpoint)  # files beside it
         df = reader.load(r.path) if r.path else reader.load()
-        return deadletters.with_file_column(df) if r.corrupt_column else df
+        return deadletters.with_file_column(df) if r.corrupt_column or r.skips_unreadable else df
 
-    def stop(self, name: str) -> None:
-        """Stop a query gracefully: the running batch ends, offsets stay in the checkpoint."""
+    def stop(self, name: str, wait_s: float = STOP_WAIT_S) -> bool:
+        """Stop a query gracefully: the running batch ends, offsets stay in the checkpoint.
+        Waits at most `wait_s`: a query stuck in a call that does not return (a database that
+        hangs; Spark cannot interrupt a Python call) ends when the call gives up (the
+        connector's read.timeout.ms), and is reported stopped now. True when it has ended;
+        else `lingering[name]` is a thread that ends with it."""
         with self._lock:
             query = self.queries.get(name)
             if query is None:
-                return
+                return True
             self._stopping.add(name)
-        query.stop()
-        try:  # returns once Spark has deregistered the query (its name is free again)
-            query.awaitTermination(30)
-        except StreamingQueryException:
-            pass
+        stopper = Stopper(query)
+        stopper.start()
+        stopper.join(wait_s)
+        if stopper.is_alive():
+            log.warning("query of %s is stuck in a call; it ends when the call returns", name)
+            self.lingering[name] = stopper
         # report the end here: the listener's report can be minutes behind with many queries
         self._flush_progress(query)
         self._terminated(str(query.runId), None)
+        return not stopper.is_alive()
 
     def stop_all(self) -> None:
         for name in list(self.queries):
@@ -270,6 +298,39 @@ class Engine:
     def _flush_progress(self, query) -> None:
         for p in query.recentProgress:
             self._progress(p)
+
+
+class Stopper(threading.Thread):
+    """Stops a query and waits until Spark has deregistered it (its name is free again), then
+    runs what was left to do after it (e.g. remove a dropped connector's checkpoint, which a
+    query stuck in a call may still write to when the call returns)."""
+
+    def __init__(self, query):
+        super().__init__(name=f"connectql-stop-{query.name}", daemon=True)
+        self.query, self._then, self._done = query, [], False
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        try:
+            self.query.stop()  # gives up after spark.sql.streaming.stopTimeout; the query goes on
+        except Exception as e:
+            log.info("stopping query %s: %s", self.query.name, short_error(str(e)))
+        try:
+            self.query.awaitTermination()
+        except Exception:  # a StreamingQueryException: it ended
+            pass
+        with self._lock:
+            self._done, then = True, list(self._then)
+        for action in then:
+            action()
+
+    def then(self, action: Callable[[], Any]) -> None:
+        """Run `action` once the query has ended (now, if it has)."""
+        with self._lock:
+            if not self._done:
+                self._then.append(action)
+                return
+        action()
 
 
 def rejected_rows(plan: Plan, batch_id: int) -> int:

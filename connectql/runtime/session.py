@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from connectql.runtime.logs import scrubbed_pipe
 
 DEFAULTS = {
     "spark.master": "local[*]",
@@ -28,6 +33,34 @@ DEFAULTS = {
 
 _lock = threading.Lock()
 _session = None
+_jvm_output: tuple[Path, Callable[[], Iterable[str]]] | None = None
+
+
+def send_jvm_output_to(path: Path | None, secrets: Callable[[], Iterable[str]] = tuple) -> None:
+    """Where the JVM's own standard error goes (its startup warnings, e.g. 'Using incubator
+    modules', Spark's Python workers' output, whatever log4j does not catch), from the next
+    session on: a file, its lines scrubbed of `secrets()`, or None for this process's standard
+    error (connectql --verbose)."""
+    global _jvm_output
+    _jvm_output = None if path is None else (path, secrets)
+
+
+@contextlib.contextmanager
+def _stderr_to(output: tuple[Path, Callable[[], Iterable[str]]] | None):
+    """File descriptor 2 pointed at a scrubbed file while the JVM is launched (it inherits it)."""
+    if output is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = scrubbed_pipe(*output)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def python_data_sources():
@@ -74,7 +107,8 @@ def get_session(settings: dict[str, str] | None = None):
             builder = SparkSession.builder
             for key, value in conf.items():
                 builder = builder.config(key, value)
-            spark = builder.getOrCreate()
+            with _stderr_to(_jvm_output):
+                spark = builder.getOrCreate()
             # PySpark's SIGINT handler cancels every running job; Ctrl-C must instead let the
             # worker stop its queries gracefully.
             if threading.current_thread() is threading.main_thread():

@@ -61,10 +61,12 @@ def writer_id(checkpoint: str | Path) -> str:
 
 @dataclass(frozen=True)
 class Output:
-    """One stream a batch feeds: `select(batch_df)` gives the rows it gets."""
+    """One stream a batch feeds: `select(batch_df)` (`select(batch_df, batch_id)` when
+    `by_batch`) gives the rows it gets."""
 
     path: str
     select: Callable
+    by_batch: bool = False
 
 
 class StreamWriter:
@@ -90,7 +92,7 @@ class StreamWriter:
         if cached:
             df = df.persist()
         try:
-            counts = [self._write(o, o.select(df), batch_id) for o in todo]
+            counts = [self._write(o, _selected(o, df, batch_id), batch_id) for o in todo]
         except Exception as e:
             raise BatchFailed(concise(e)) from None
         finally:
@@ -116,3 +118,7 @@ class StreamWriter:
         self._done[out.path].add(batch_id)
         shutil.rmtree(staging, ignore_errors=True)
         return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def _selected(out: Output, df, batch_id: int):
+    return out.select(df, batch_id) if out.by_batch else out.select(df)

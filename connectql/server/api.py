@@ -3,6 +3,7 @@ token guards it; its address goes to $CONNECTQL_HOME so other commands find it."
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import json
@@ -186,38 +187,53 @@ class ApiServer(ThreadingHTTPServer):
         self.routes, self.token = routes, token
 
 
-def serve(home: Path, host: str, port: int, token: str | None, say=print) -> None:
-    """Run a worker on `home` behind the API until SIGINT/SIGTERM; every connector whose desired
-    state is running is started again from its checkpoint first."""
-    from connectql.server.worker import Worker
-
+def check_host(host: str, token: str | None) -> None:
     if not is_loopback(host) and not token:
         raise ConnectQLError(
             f"--host {host} is not a loopback address: anyone who can reach it could run"
             " statements, so the server needs a token (set CONNECTQL_TOKEN or --token-file)"
             " and refuses to start without one"
         )
-    worker = Worker(home)  # takes the home's lock: a second worker is refused, naming the first
+
+
+@contextlib.contextmanager
+def serving(worker, host: str, port: int, token: str | None):
+    """The API of `worker` on host:port while the block runs, its address in the home's
+    server.json (so other commands find it); yields (url, the routes' statement lock)."""
     try:
         httpd = ApiServer((host, port), Routes(worker, f"{host}:{port}"), token)
     except OSError as e:
-        worker.close()
         raise ConnectQLError(f"cannot listen on {host}:{port}: {e.strerror}") from None
     url = write_address(worker.home, host, httpd.server_address[1])
     httpd.routes.worker_id = url.removeprefix("http://")
     thread = threading.Thread(target=httpd.serve_forever, name="connectql-api", daemon=True)
     thread.start()
     try:
-        say(f"connectql server on {url} (home {worker.home})")
-        with httpd.routes.statements:
-            resumed = worker.resume_all()
-        if resumed:
-            say(f"resumed from checkpoints: {', '.join(resumed)}")
-        while True:
-            time.sleep(3600)
+        yield url, httpd.routes.statements
     finally:
         remove_address(worker.home)
         httpd.shutdown()
         httpd.server_close()
-        with httpd.routes.statements:
-            worker.close()
+
+
+def serve(home: Path, host: str, port: int, token: str | None, say=print) -> None:
+    """Run a worker on `home` behind the API until SIGINT/SIGTERM; every connector whose desired
+    state is running is started again from its checkpoint first."""
+    from connectql.server.worker import Worker
+
+    check_host(host, token)
+    worker = Worker(home)  # takes the home's lock: a second worker is refused, naming the first
+    try:
+        with serving(worker, host, port, token) as (url, statements):
+            say(f"connectql server on {url} (home {worker.home})")
+            with statements:
+                resumed = worker.resume_all()
+            if resumed:
+                say(f"resumed from checkpoints: {', '.join(resumed)}")
+            try:
+                while True:
+                    time.sleep(3600)
+            finally:
+                statements.acquire()  # no statement runs while the worker closes
+    finally:
+        worker.close()

@@ -16,10 +16,11 @@ from connectql.server.results import Result
 
 
 class Embedded:
-    """A worker in this process, started on first use; it holds the home until closed."""
+    """A worker in this process, started on first use; it holds the home until closed.
+    `deferred`: it serves one command, so continuous connectors are recorded, not started."""
 
-    def __init__(self, home: Path | None):
-        self.home = home
+    def __init__(self, home: Path | None, deferred: bool = False):
+        self.home, self.deferred = home, deferred
         self._worker = None
 
     @property
@@ -27,7 +28,7 @@ class Embedded:
         if self._worker is None:
             from connectql.server.worker import Worker
 
-            self._worker = Worker(self.home)
+            self._worker = Worker(self.home, deferred=self.deferred)
         return self._worker
 
     def run(self, text: str, source: str = "") -> Iterator[Result]:
@@ -111,11 +112,14 @@ def token(token_file: str | None = None) -> str | None:
     return os.environ.get("CONNECTQL_TOKEN") or None
 
 
-def connect(home: Path, server: str | None = None, token_file: str | None = None):
-    """The server named by `server`, else the one serving `home`, else an embedded worker."""
+def connect(
+    home: Path, server: str | None = None, token_file: str | None = None, deferred: bool = False
+):
+    """The server named by `server`, else the one serving `home`, else an embedded worker
+    (`deferred` for one command: see Embedded)."""
     if server:
         return Remote(server, token(token_file))
     address = read_address(home)
     if address:
         return Remote(address["url"], token(token_file))
-    return Embedded(home)
+    return Embedded(home, deferred)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 from connectql.catalog.redact import redact
-from connectql.catalog.streams import committed_files
 from connectql.connectors import registry
 from connectql.errors import CatalogError
 from connectql.grammar import ast
+from connectql.server import settings
 from connectql.server.results import Result
+from connectql.server.retainer import effective_options
 
 
 def show(worker, s: ast.Show) -> Result:
@@ -43,6 +44,12 @@ def show(worker, s: ast.Show) -> Result:
             columns=["type", "kinds", "installed", "delivery", "doc"],
             rows=sorted(rows),
             title="connector plugins",
+        )
+    if s.what == "settings":
+        return Result(
+            columns=["key", "value", "type", "default", "doc"],
+            rows=settings.rows(cat.settings()),
+            title="worker settings",
         )
     return Result(columns=["name"], rows=[(n,) for n in worker.secrets.names()], title="secrets")
 
@@ -95,20 +102,44 @@ def _connector(worker, name: str) -> Result:
 def _stream(worker, name: str) -> Result:
     st = worker.catalog.get_stream(name)
     fields = json.loads(st.schema_json)["fields"] if st.schema_json else []
-    rows = [
+    columns = [
         (
-            f["name"],
-            f["type"] if isinstance(f["type"], str) else json.dumps(f["type"]),
-            "yes" if f.get("nullable", True) else "no",
+            f"column {f['name']}",
+            (f["type"] if isinstance(f["type"], str) else json.dumps(f["type"]))
+            + ("" if f.get("nullable", True) else " NOT NULL"),
         )
         for f in fields
     ]
-    files = committed_files(st.path)
-    title = (
-        f"stream {name}: {len(files)} committed file(s) at {st.path};"
-        f" connectors: {_writers(worker, name) or 'none'}"
+    stats = worker.retainer.measure(st)
+    settings = worker.catalog.settings()
+    retention = [
+        (f"option {k}", f"{v}" + ("" if st.retention_options[k] else " (worker default)"))
+        for k, v in effective_options(st, settings).items()
+        if v
+    ]
+    readers = [
+        (
+            f"sink {sink}",
+            f"{r['records_behind']} records ({r['files_behind']} files) behind"
+            + ("; holds retention back" if r["holds_retention"] else ""),
+        )
+        for sink, r in stats["readers"].items()
+    ]
+    props = [
+        ("name", st.name),
+        ("path", st.path),
+        ("key", st.key),
+        ("connectors", _writers(worker, name) or "none"),
+        *columns,
+        *retention,
+        *[(k, stats[k]) for k in ("records", "files", "bytes", "oldest_record", "newest_record")],
+        *readers,
+    ]
+    return Result(
+        columns=["property", "value"],
+        rows=[(k, _text(v)) for k, v in props],
+        title=f"stream {name}",
     )
-    return Result(columns=["column", "type", "nullable"], rows=rows, title=title)
 
 
 def _plugin(worker, name: str) -> Result:

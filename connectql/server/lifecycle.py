@@ -12,6 +12,11 @@ from connectql.connectors.multitable import patterns
 from connectql.errors import ConnectQLError, PlanError
 from connectql.server.results import Result
 
+NO_WORKER = (
+    "no worker serves this home, so it takes effect when one does: connectql start"
+    " (a server in the background) or connectql run FILE"
+)
+
 
 def act(worker, action: str, name: str) -> Result:
     entry = worker.catalog.get_connector(name)
@@ -29,15 +34,29 @@ def pause(worker, entry) -> Result:
 
 def resume(worker, entry) -> Result:
     worker.catalog.set_desired(entry.name, "running")
-    worker._start(entry, "resumed by user")
-    return Result(f"resumed connector {entry.name} from its checkpoint")
+    return _started(worker, entry.name, worker._start(entry, "resumed by user"), "resumed")
 
 
 def restart(worker, entry) -> Result:
     worker._stop(entry.name, states.STOPPED, "restart requested")
     worker.catalog.set_desired(entry.name, "running")
-    worker._start(worker.catalog.get_connector(entry.name), "restarted by user")
-    return Result(f"restarted connector {entry.name} from its checkpoint")
+    entry = worker.catalog.get_connector(entry.name)
+    return _started(worker, entry.name, worker._start(entry, "restarted by user"), "restarted")
+
+
+def _started(worker, name: str, started: bool, done: str) -> Result:
+    """What a RESUME or RESTART did: started the query, left it to the next worker, or failed
+    (then the error, as the connector's last_error says)."""
+    if started:
+        return Result(f"{done} connector {name} from its checkpoint")
+    entry = worker.catalog.get_connector(name)
+    if entry.state == states.FAILED:
+        return Result(f"connector {name} did not start: {entry.last_error}", warning=True)
+    if entry.state == states.RESTARTING:
+        return Result(
+            f"connector {name} failed to start; retrying: {entry.last_error}", warning=True
+        )
+    return Result(f"connector {name} is to run from its checkpoint; {NO_WORKER}", warning=True)
 
 
 def reset_offsets(worker, entry) -> Result:
@@ -72,6 +91,11 @@ def alter(worker, name: str, changes: dict[str, Any]) -> Result:
                 f"ALTER CONNECTOR cannot change '{key}': drop and re-create"
                 f" connector '{name}' instead"
             )
+    if "initial.state" in {k.lower() for k in changes}:
+        raise PlanError(
+            f"ALTER CONNECTOR {name}: initial.state only says how CREATE leaves a connector;"
+            " use PAUSE CONNECTOR or RESUME CONNECTOR to change whether it runs"
+        )
     updated = replace(
         entry, options={**entry.options, **{k.lower(): v for k, v in changes.items()}}
     )
@@ -84,6 +108,7 @@ def alter(worker, name: str, changes: dict[str, Any]) -> Result:
     plan = worker._plan(updated)
     if plan.kind == "source":
         worker.check_stream_schema(plan)
+    worker._bind_deadletters(plan)  # a new dead-letter stream is registered, like at CREATE
     was_active = worker.engine.is_active(name) or entry.state == states.RESTARTING
     worker.catalog.update_options(name, updated.options, plan.tasks)
     if was_active:

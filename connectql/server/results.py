@@ -1,4 +1,5 @@
-"""What a statement returns: a table or a message, ready for rich or JSON."""
+"""What a statement returns: a table or a message, ready for printing (connectql/formats.py)
+or JSON."""
 
 from __future__ import annotations
 
@@ -7,9 +8,6 @@ import decimal
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 
 @dataclass
 class Result:
@@ -17,6 +15,7 @@ class Result:
     columns: list[str] = field(default_factory=list)
     rows: list[tuple] = field(default_factory=list)
     title: str = ""
+    warning: bool = False  # the message says what did not happen (yet), not a success
 
     @property
     def is_table(self) -> bool:
@@ -30,6 +29,8 @@ class Result:
             out["rows"] = [[json_value(v) for v in row] for row in self.rows]
         if self.title:
             out["title"] = self.title
+        if self.warning:
+            out["warning"] = True
         return out
 
     @classmethod
@@ -39,6 +40,7 @@ class Result:
             d.get("columns", []),
             [tuple(r) for r in d.get("rows", [])],
             d.get("title", ""),
+            bool(d.get("warning")),
         )
 
 
@@ -56,16 +58,3 @@ def json_value(v: Any) -> Any:
     if isinstance(v, dict):
         return {str(k): json_value(x) for k, x in v.items()}
     return str(v)
-
-
-def render(result: Result, console: Console) -> None:
-    """A result on a terminal: its table, or its message after a check mark."""
-    if result.is_table:
-        table = Table(title=result.title or None, title_justify="left", show_lines=False)
-        for col in result.columns:
-            table.add_column(col, overflow="fold")
-        for row in result.rows:
-            table.add_row(*("" if v is None else str(v) for v in row))
-        console.print(table)
-    elif result.message:
-        console.print(f"[green]✓[/green] {result.message}")

@@ -1,12 +1,15 @@
 """Supervision: a failed query is restarted with capped exponential backoff until
-errors.retry.max, then FAILED; a query without progress while its source has newer data is
-STALLED. Keeps each connector's shown state the truth about its query."""
+errors.retry.max, then FAILED; a query without progress while its source has newer data, or
+whose batch has been running longer than stall.timeout.ms (e.g. waiting on a database that
+does not answer), is STALLED with what it waits on. Keeps each connector's shown state the
+truth about its query."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from pathlib import Path
 
 from connectql.catalog import states
 from connectql.errors import SchemaEvolved, cause, permanent_cause
@@ -32,6 +35,7 @@ class Supervisor:
         self.attempts: dict[str, int] = {}
         self.last_data: dict[str, float] = {}  # monotonic time of the last batch with rows
         self.lag: dict[str, int | None] = {}
+        self.busy_since: dict[str, float] = {}  # monotonic time a trigger was first seen busy
         self.timers: dict[str, threading.Timer] = {}
         self.stop_to: dict[str, tuple[str, str]] = {}  # name -> (state, reason) after our stop
         self._closed = threading.Event()
@@ -55,7 +59,7 @@ class Supervisor:
         timer = self.timers.pop(name, None)
         if timer:
             timer.cancel()
-        for d in (self.attempts, self.last_data, self.lag):
+        for d in (self.attempts, self.last_data, self.lag, self.busy_since):
             d.pop(name, None)
 
     # ------------------------------------------------------------------ events from Spark
@@ -65,6 +69,7 @@ class Supervisor:
     def progress(self, name: str, row: dict) -> None:
         self.worker.catalog.record_progress(name, row)
         self.attempts.pop(name, None)  # a batch completed: the failure streak is over
+        self.busy_since.pop(name, None)
         self.lag[name] = row.get("lag")
         if row["input_rows"] > 0:
             self.last_data[name] = time.monotonic()
@@ -109,12 +114,9 @@ class Supervisor:
             return
         self.attempts[name] = attempt
         delay = backoff_ms(attempt, options["errors.retry.backoff.ms"])
-        cat.set_state(
-            name,
-            states.RESTARTING,
-            f"restart {attempt} of {options['errors.retry.max']} in {delay} ms",
-            error=message,
-        )
+        reason = f"restart {attempt} of {options['errors.retry.max']} in {delay} ms"
+        cat.set_state(name, states.RESTARTING, reason, error=message)
+        log.info("connector %s: %s", name, reason)
         timer = threading.Timer(delay / 1000, self._restart, args=(name,))
         timer.daemon = True
         self.timers[name] = timer
@@ -172,23 +174,57 @@ class Supervisor:
     def check_stalls(self) -> None:
         engine, cat = self.worker.engine, self.worker.catalog
         for name, query in list(engine.queries.items()):
-            reason = self._stall_reason(name, query)
+            reason = self._hang_reason(name, query) or self._stall_reason(name, query)
             if reason:
                 with cat.lock:
                     if cat.state_of(name) == states.RUNNING:
-                        cat.set_state(name, states.STALLED, reason)
+                        cat.set_state(name, states.STALLED, reason, error=reason)
 
     def _stall_reason(self, name: str, query) -> str | None:
         timeout_ms = self.worker.options_of(name)["stall.timeout.ms"]
         idle_ms = (time.monotonic() - self.last_data.get(name, time.monotonic())) * 1000
-        if idle_ms < timeout_ms:
+        if idle_ms < timeout_ms or not self.lag.get(name):
             return None
-        if self.lag.get(name):
-            return (
-                f"no rows for {idle_ms / 1000:.0f} s while the source is"
-                f" {self.lag[name]} behind its latest offset"
-            )
-        status = query.status
-        if status.get("isTriggerActive") and status.get("isDataAvailable"):
-            return f"no batch completed for {idle_ms / 1000:.0f} s: {status.get('message')}"
-        return None
+        return (
+            f"no rows for {idle_ms / 1000:.0f} s while the source is"
+            f" {self.lag[name]} behind its latest offset"
+        )
+
+    def _hang_reason(self, name: str, query) -> str | None:
+        """Why the query's current batch counts as hung: it has been busy (a trigger active and
+        not waiting for data) at every look for longer than stall.timeout.ms; None otherwise.
+        An idle query's triggers come and go between looks, so it never counts."""
+        status, now = query.status, time.monotonic()
+        message = str(status.get("message") or "")
+        if not status.get("isTriggerActive") or message.startswith(("Waiting", "Stopped")):
+            self.busy_since.pop(name, None)
+            return None
+        waited = now - self.busy_since.setdefault(name, now)
+        plan = self.worker.engine.plans.get(name)
+        if plan is None or waited * 1000 < plan.options["stall.timeout.ms"]:
+            return None
+        return f"batch {running_batch(plan.checkpoint)} {waiting_on(plan, message, waited)}"
+
+
+def running_batch(checkpoint: str) -> int:
+    """The id of the batch a query is running or planning: the last one in the checkpoint's
+    offset log when it has no commit yet, else the next one."""
+    ids = [int(p.name) for p in Path(checkpoint, "offsets").glob("[0-9]*") if p.name.isdigit()]
+    if not ids:
+        return 0
+    last = max(ids)
+    return last if not Path(checkpoint, "commits", str(last)).exists() else last + 1
+
+
+def waiting_on(plan, message: str, seconds: float) -> str:
+    """'waiting 75 s on 127.0.0.1:5432 (source query)': the external system the batch's calls
+    go to (a source's reader, a sink's writer) and the step Spark says the batch is in."""
+    if plan.kind == "source":
+        planning = message.startswith("Getting offsets")
+        place, step = plan.reader.endpoint, "source query" if planning else "source read"
+    else:  # the stream it reads is local: a sink waits on its target (also while its
+        # writer is set up for the batch, which Spark does before it says "Processing")
+        place, step = plan.writer.endpoint, "target write"
+    if place is None:
+        return f"running for {seconds:.0f} s ({message})"
+    return f"waiting {seconds:.0f} s on {place} ({step})"

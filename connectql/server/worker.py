@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,6 @@ from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
-from connectql.connectors.common import SOURCE_COMMON
 from connectql.connectors.multitable import patterns, union_schema
 from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
@@ -28,13 +28,18 @@ from connectql.planner.resolve import resolve, resolve_value
 from connectql.runtime.deadletters import DEADLETTER_DDL
 from connectql.runtime.engine import Engine
 from connectql.runtime.errors import short_error
-from connectql.runtime.session import logging_settings, stop_session
-from connectql.server import describe, lifecycle
+from connectql.runtime.logs import log_to, redact_spark_log, stop_logging
+from connectql.runtime.retention import check_options
+from connectql.runtime.session import logging_settings, send_jvm_output_to, stop_session
+from connectql.server import describe, lifecycle, settings
 from connectql.server.home import HomeLock, home_of
 from connectql.server.results import Result
+from connectql.server.retainer import Retainer, effective_options
 from connectql.server.supervisor import Supervisor
 
 log = logging.getLogger("connectql.worker")
+
+_BUSY = (states.STARTING, states.RUNNING, states.RESTARTING, states.STALLED)
 
 
 def schema_ddl(struct) -> str:
@@ -69,15 +74,23 @@ def schema_diff(old_json: str, new) -> str:
 
 
 class Worker:
-    def __init__(self, home: str | Path | None = None):
+    def __init__(self, home: str | Path | None = None, deferred: bool = False):
+        """`deferred`: a worker that holds the home only for one command (connectql sql, status,
+        pause, ...): it records that continuous connectors should run, and leaves starting them
+        to a worker that stays (a query started here would end with the command)."""
         self.home = home_of(home)
+        self.deferred = deferred
         # private, like the secrets in its catalog (inline passwords) and logs
         self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.home_lock = HomeLock(self.home)
-        _log_to(self.home / "worker.log")
+        self._log_secrets: list[str] = []
+        self._log_handler = log_to(self.home / "worker.log", lambda: self._log_secrets)
+        if not os.environ.get("CONNECTQL_VERBOSE"):  # the JVM's warnings stay in the home
+            send_jvm_output_to(self.home / "jvm.log", lambda: self._log_secrets)
         try:
             self.catalog = Catalog(self.home / "catalog.duckdb")
         except Exception:
+            stop_logging(self._log_handler)
             self.home_lock.release()
             raise
         self.secrets = SecretStore(self.home / "secrets.json")
@@ -85,7 +98,14 @@ class Worker:
         spark_settings = {**logging_settings(self.home), **saved}
         self._recover_states()
         self.supervisor = Supervisor(self)
-        self.engine = Engine(spark_settings, self.supervisor.progress, self.supervisor.terminated)
+        self.engine = Engine(
+            spark_settings,
+            self.supervisor.progress,
+            self.supervisor.terminated,
+            on_session=lambda spark: redact_spark_log(spark, self._log_secrets),
+        )
+        self._refresh_redaction()
+        self.retainer = Retainer(self)
 
     # ------------------------------------------------------------------ lifecycle of the worker
     def _recover_states(self) -> None:
@@ -107,42 +127,58 @@ class Worker:
 
     def close(self, stop_spark: bool = True) -> None:
         """Stop every query gracefully (offsets stay in the checkpoints) and close the catalog."""
+        self.retainer.close()
         self.supervisor.close()
         for name in list(self.engine.queries):
             self._stop(name, states.STOPPED, "worker shut down")
+        for name in self.active():  # e.g. RESTARTING, its timer cancelled: not left "active"
+            self._stop(name, states.STOPPED, "worker shut down")
         self.engine.close()
         self.catalog.close()
+        stop_logging(self._log_handler)
         self.home_lock.release()
         if stop_spark and self.engine.started:
             stop_session()
 
     def active(self) -> list[str]:
-        """Connectors with a running query or a restart pending."""
+        """Connectors with a running query, a restart pending, or a state saying this worker
+        is busy with them (STARTING, RUNNING, RESTARTING, STALLED). The state is read too:
+        between a timer's end and its query's start, or a query's death and the listener's
+        report, there is neither a query nor a timer, and `connectql run` must not stop then."""
         running = [n for n in list(self.engine.queries) if self.engine.is_active(n)]
-        return running + [n for n in list(self.supervisor.timers) if n not in running]
+        pending = [n for n in list(self.supervisor.timers) if n not in running]
+        busy = [
+            n
+            for n, state in self.catalog.query("SELECT name, state FROM connectors")[1]
+            if state in _BUSY and n not in running and n not in pending
+        ]
+        return running + pending + busy
 
     def wait_for_once(self, names=None) -> None:
         """Wait until the `run = 'once'` connectors started here (all, or `names`) are done:
         FINISHED, FAILED, PAUSED or gone; a restart in between is waited for too."""
-        busy = (states.STARTING, states.RUNNING, states.RESTARTING, states.STALLED)
         while True:
             waiting = [
                 n
                 for n, p in list(self.engine.plans.items())
                 if p.run == "once"
                 and (names is None or n in names)
-                and self.catalog.state_of(n) in busy
+                and self.catalog.state_of(n) in _BUSY
             ]
             if not waiting:
                 return
             self.engine.wait(waiting[0], 0.5)
 
+    def checkpoint_of(self, name: str) -> str:
+        return str(self._context().checkpoint(name))
+
     def options_of(self, name: str) -> dict:
-        """A started connector's validated options (defaults filled in)."""
-        plan = self.engine.plans.get(name)
-        if plan is not None:
-            return plan.options
-        return {k: o.default for k, o in SOURCE_COMMON.items()}
+        """The connector's supervision options (errors.retry.*, stall.timeout.ms): its own, else
+        the worker's settings, else the defaults. Read from the catalog, not from the query's
+        plan: a start that fails at once has no plan, and an ALTER counts from its next restart."""
+        return settings.supervision(
+            self.catalog.get_connector(name).options, self.catalog.settings()
+        )
 
     # ------------------------------------------------------------------ statements
     def execute(self, stmt: ast.Statement) -> Result:
@@ -150,7 +186,10 @@ class Worker:
         if handler is None:
             first = " ".join(stmt.text.split()[:2]).upper() or type(stmt).__name__
             raise ConnectQLError(f"{first} is not supported yet")
-        return handler(stmt)
+        try:
+            return handler(stmt)
+        finally:
+            self._refresh_redaction()
 
     def run_script(self, text: str, source: str = ""):
         """Parse a whole script first (a syntax error runs nothing), then execute statement by
@@ -201,7 +240,7 @@ class Worker:
                     entry.name, states.PAUSED, "initial.state = paused", desired="paused"
                 )
                 return Result(f"created {entry.kind} connector {entry.name} (paused)")
-            self._launch(entry.name, "created", plan)
+            started = self._launch(entry.name, "created", plan)
         except Exception as e:  # a creation that fails changes nothing
             self._undo_create(entry.name, plan, created_streams)
             if isinstance(e, ConnectQLError):
@@ -209,6 +248,10 @@ class Worker:
             raise ConnectQLError(
                 f"connector '{entry.name}' failed to start: {self._scrub(short_error(str(e)))}"
             ) from None
+        if not started:
+            return Result(
+                f"created {entry.kind} connector {entry.name}; {lifecycle.NO_WORKER}", warning=True
+            )
         return Result(f"created {entry.kind} connector {entry.name}")
 
     def _undo_create(self, name: str, plan: Plan, created_streams: list[str]) -> None:
@@ -291,9 +334,10 @@ class Worker:
             self.catalog.set_stream_schema(name, schema_ddl(struct), struct.json(), key)
         return []
 
-    def _start(self, entry: ConnectorEntry, reason: str) -> None:
-        """Start an existing connector. A failure to start is its state, not an error: a plan
-        that no longer holds is FAILED; anything else is retried with backoff."""
+    def _start(self, entry: ConnectorEntry, reason: str) -> bool:
+        """Start an existing connector; False when it was not started (a deferred worker, or a
+        failure). A failure to start is its state, not an error: a plan that no longer holds
+        is FAILED; anything else is retried with backoff."""
         try:
             plan = self._bound_plan(entry)
         except ConnectQLError as e:
@@ -301,14 +345,21 @@ class Worker:
             self.catalog.set_state(
                 entry.name, states.FAILED, "plan failed", error=self._scrub(str(e))
             )
-            return
+            return False
         try:
-            self._launch(entry.name, reason, plan)
+            return self._launch(entry.name, reason, plan)
         except Exception as e:
             log.exception("starting connector %s failed", entry.name)
             self.supervisor.failed(entry.name, short_error(str(e)))
+            return False
 
-    def _launch(self, name: str, reason: str, plan: Plan) -> None:
+    def _launch(self, name: str, reason: str, plan: Plan) -> bool:
+        """Start the plan's query; False when this worker is deferred and the connector is
+        continuous (it starts with the next worker that stays)."""
+        if self.deferred and plan.run != "once":
+            state = self.catalog.state_of(name)
+            self.catalog.log_event(name, state, f"{reason}; starts when a worker serves the home")
+            return False
         self.catalog.set_state(name, states.STARTING, reason)
         if plan.kind == "sink" and plan.run == "once":
             self._wait_for_feeders(plan.stream)
@@ -317,6 +368,7 @@ class Worker:
         with self.catalog.lock:  # a once-query may have finished already
             if self.catalog.state_of(name) == states.STARTING:
                 self.catalog.set_state(name, states.RUNNING, "query started")
+        return True
 
     def _bound_plan(self, entry: ConnectorEntry) -> Plan:
         """The plan, a source's reader given its streams' schemas (which evolve)."""
@@ -351,16 +403,31 @@ class Worker:
         elif state != "DROPPED" and self.catalog.has_connector(name):
             self.catalog.set_state(name, state, reason)
 
-    def _scrub(self, text: str) -> str:
-        """`text` without the secret values of any connector: stored secrets, inline values
+    def _secret_values(self) -> list[str]:
+        """The secret values of every connector and setting: stored secrets, inline values
         and what ${env:..} / ${file:..} references resolve to now."""
         given = [
             (k, v)
-            for e in self.catalog.connectors()
-            for k, v in e.options.items()
+            for options in (
+                *(e.options for e in self.catalog.connectors()),
+                self.catalog.settings(),
+            )
+            for k, v in options.items()
             if isinstance(v, str) and is_secret_key(k)
         ]
-        return scrub(text, [*self.secrets.values(), *(_resolved(k, v) for k, v in given)])
+        return [*self.secrets.values(), *(_resolved(k, v) for k, v in given)]
+
+    def _scrub(self, text: str) -> str:
+        """`text` without any secret value."""
+        return scrub(text, self._secret_values())
+
+    def _refresh_redaction(self) -> None:
+        """Both logs mask the secrets known now (after a statement may have added one)."""
+        values = sorted(set(self._secret_values()))
+        if values != self._log_secrets:
+            self._log_secrets = values
+            if self.engine.started:
+                redact_spark_log(self.engine.spark, values)
 
     # ------------------------------------------------------------------ the other statements
     def _do_CreateStream(self, s: ast.CreateStream) -> Result:  # noqa: N802
@@ -368,21 +435,25 @@ class Worker:
             if s.if_not_exists:
                 return Result(f"stream {s.name} exists; left as it is")
             raise CatalogError(f"stream '{s.name}' already exists")
-        unknown = set(s.options) - {"retention"}
-        if unknown:
-            raise PlanError(
-                f"stream '{s.name}': unknown option '{sorted(unknown)[0]}'"
-                " (streams take: retention)"
-            )
-        retention = s.options.get("retention")
+        given = check_options(s.options, f"stream '{s.name}'")
         self.catalog.add_stream(
             StreamEntry(
                 s.name,
                 self._context().stream_path(s.name),
-                retention=str(retention) if retention else None,
+                retention=given.get("retention"),
+                retention_bytes=given.get("retention.bytes"),
+                retention_policy=given.get("retention.policy"),
             )
         )
         return Result(f"created stream {s.name}")
+
+    def _do_AlterStream(self, s: ast.AlterStream) -> Result:  # noqa: N802
+        self.catalog.get_stream(s.name)  # raises, listing the known ones
+        given = check_options(s.options, f"stream '{s.name}'")
+        self.catalog.set_stream_options(s.name, given)
+        now = effective_options(self.catalog.get_stream(s.name), self.catalog.settings())
+        shown = ", ".join(f"{k} = {v}" for k, v in now.items() if v)
+        return Result(f"altered stream {s.name}: {shown or 'no retention'}")
 
     def _do_CreateSecret(self, s: ast.CreateSecret) -> Result:  # noqa: N802
         if self.secrets.has(s.name):
@@ -427,7 +498,11 @@ class Worker:
             self.catalog.get_connector(s.name)  # raises, listing the known ones
         self._stop(s.name, "DROPPED", "dropped")
         cleanup = self._cleanup(self.catalog.get_connector(s.name))
-        shutil.rmtree(self._context().checkpoint(s.name), ignore_errors=True)
+        checkpoint = self._context().checkpoint(s.name)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        stuck = self.engine.lingering.get(s.name)
+        if stuck is not None:  # its query may still write there when its call returns
+            stuck.then(lambda: shutil.rmtree(checkpoint, ignore_errors=True))
         self.catalog.remove_connector(s.name)
         self.engine.plans.pop(s.name, None)
         return Result(f"dropped connector {s.name}" + (f"; {cleanup}" if cleanup else ""))
@@ -474,11 +549,14 @@ class Worker:
         return Result(f"dropped secret {s.name}")
 
     def _do_Set(self, s: ast.Set) -> Result:  # noqa: N802
-        value = str(s.value).lower() if isinstance(s.value, bool) else str(s.value)
-        self.catalog.set_setting(s.key, value)
-        done = f"set {s.key} = {redact_value(s.key, value)}"  # e.g. an S3 secret key
-        if not s.key.startswith("spark."):
-            return Result(done)
+        value = settings.check_setting(s.key, s.value)
+        key = s.key if s.key.startswith("spark.") else s.key.lower()
+        self.catalog.set_setting(key, value)
+        done = f"set {key} = {redact_value(key, value)}"  # e.g. an S3 secret key
+        if key in settings.STREAM_SETTINGS:
+            return Result(f"{done}; streams that do not set it use it from the next check on")
+        if not key.startswith("spark."):
+            return Result(f"{done}; connectors that do not set {key} use it from now on")
         if not self.engine.started:
             self.engine.settings[s.key] = value
             return Result(done)
@@ -506,13 +584,3 @@ def _resolved(key: str, value: str) -> str:
         return str(resolve_value(key, value, {}))
     except PlanError:
         return ""
-
-
-def _log_to(path: Path) -> None:
-    root = logging.getLogger("connectql")
-    if any(getattr(h, "baseFilename", None) == str(path) for h in root.handlers):
-        return
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)

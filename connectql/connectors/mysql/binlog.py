@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pymysql
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import (
     HeartbeatLogEvent,
     MariadbGtidEvent,
@@ -34,13 +35,22 @@ from pymysqlreplication.row_event import (
 )
 from pyspark.sql.types import StructType
 
-from connectql.connectors.changerows import ChangeRows
+from connectql.connectors.changerows import DEAD_LETTERS, ChangeRows, dead_letters
 from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
-from connectql.connectors.mysql.client import connect, query, reason, where
+from connectql.connectors.mysql.client import (
+    bounded_connect,
+    connect,
+    connect_kwargs,
+    query,
+    reason,
+    where,
+)
 from connectql.connectors.mysql.tables import columns_of
-from connectql.connectors.mysql.types import BINARY_TYPES, Column, binlog_value
+from connectql.connectors.mysql.types import BINARY_TYPES, FIXED_BYTES, Column, binlog_value
 from connectql.connectors.tablereader import Window
 from connectql.errors import ChangeLogGone, ConnectQLError, PlanError
+
+HEARD_S = 15.0  # a followed binlog stream silent this long (no heartbeat) has hung
 
 # it warns on every dump of a server without binlog_row_metadata = FULL; we supply the metadata
 logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
@@ -75,7 +85,9 @@ def current(conn) -> dict:
         except pymysql.err.MySQLError as e:
             if e.args[0] == NO_PRIVILEGE:
                 raise PlanError(_privilege_error(e)) from None
-            continue
+            if not isinstance(e, pymysql.err.ProgrammingError):  # a lost connection, a timeout
+                raise
+            continue  # the server does not know this statement: try the next one
         if rows:
             return position(_s(rows[0][0]), int(rows[0][1]))
         break
@@ -121,7 +133,7 @@ class Walker:
                 elif isinstance(ev, TableMapEvent):
                     self._describe(ev, conn)
                 elif type(ev) in OPS:
-                    txn.changes += _rows(ev)
+                    txn.changes += _decoded(ev, stream)
                 elif isinstance(ev, XidEvent) or (
                     isinstance(ev, QueryEvent) and _s(ev.query).strip().upper() != "BEGIN"
                 ):
@@ -135,11 +147,17 @@ class Walker:
 
     def _open(self, start: dict, follow: bool = False) -> BinLogStreamReader:
         c = self.cfg.connection
-        settings = {"host": c.get("host", "localhost"), "port": int(c.get("port", 3306))}
-        settings |= {"user": c.get("user") or "root", "passwd": c.get("password") or ""}
+        bounded = ("host", "port", "user", "password", "connect_timeout", "read_timeout")
+        settings = {k: v for k, v in connect_kwargs(c).items() if k in bounded}
+        if follow:  # the server sends a heartbeat a second: a longer silence is a hang
+            settings["read_timeout"] = min(settings["read_timeout"] or HEARD_S, HEARD_S)
         return BinLogStreamReader(
             connection_settings=settings,
+            pymysql_wrapper=bounded_connect(c),
             server_id=server_id(self.cfg.connector, self.cfg.server_id, self.reader),
+            # the long-lived follower is named in SHOW SLAVE HOSTS (registering needs REPLICATION
+            # SLAVE: a short check's dump is left unregistered, so its refusal names the privilege)
+            report_slave=f"connectql {self.cfg.connector}"[:60] if follow else None,
             log_file=start["file"],
             log_pos=start["pos"],
             resume_stream=True,
@@ -164,7 +182,7 @@ class Walker:
             if not col.name or col.name.startswith("UNKNOWN_COL"):
                 col.name = info.name
             col.unsigned = col.unsigned or info.unsigned
-            if info.data_type in BINARY_TYPES:
+            if info.data_type in BINARY_TYPES or info.data_type in FIXED_BYTES:
                 col.character_set_name = "binary"  # undecodable: the decoder keeps the bytes
             if info.data_type == "enum" and not col.enum_values:
                 col.enum_values = ["", *info.members]
@@ -174,11 +192,36 @@ class Walker:
             col.name = col.name or f"UNKNOWN_COL{len(known) + i}"
 
 
+POISON = "!"  # the op of a row event mysql-replication cannot decode
+
+
+def _decoded(ev, stream) -> list[tuple]:
+    """The event's changes; one that cannot be decoded (e.g. a DATE '2024-02-31' stored
+    under ALLOW_INVALID_DATES) is one POISON change with the error, not the whole log's end."""
+    try:
+        return _rows(ev)
+    except (ValueError, ArithmeticError, LookupError, UnicodeError) as e:
+        where = {"file": stream.log_file, "pos": ev.packet.log_pos, "event": type(ev).__name__}
+        return [(ev.table, POISON, {"error": e, "at": where}, None)]
+
+
 def _rows(ev) -> list[tuple]:
     op = OPS[type(ev)]
     if op == "u":
-        return [(ev.table, op, r["after_values"], r["before_values"]) for r in ev.rows]
-    return [(ev.table, op, r["values"], None) for r in ev.rows]
+        return [
+            (ev.table, op, _sets(r["after_values"], r["after_none_sources"]),
+             _sets(r["before_values"], r["before_none_sources"]))
+            for r in ev.rows
+        ]  # fmt: skip
+    return [(ev.table, op, _sets(r["values"], r["none_sources"]), None) for r in ev.rows]
+
+
+def _sets(values: dict, none_sources: dict) -> dict:
+    """mysql-replication decodes an empty SET as None (noting why): it is the empty set."""
+    for name, why in none_sources.items():
+        if why == NONE_SOURCE.EMPTY_SET:
+            values[name] = frozenset()
+    return values
 
 
 def _s(value) -> str:
@@ -298,17 +341,20 @@ def _ends(w: Window) -> tuple:
 
 
 def read_changes(
-    walker: Walker, part, schemas: dict[str, StructType], keys: dict[str, list], conn
-) -> Iterator[tuple[str, pa.RecordBatch]]:
+    walker: Walker, part, schemas: dict[str, StructType], keys: dict[str, list], conn,
+    tolerant: bool = False,
+) -> Iterator[tuple[str, pa.RecordBatch]]:  # fmt: skip
     """(table, change rows) of the captured tables' changes in the transactions ending in
-    (part.log_from, part.log_to]; `schemas` and `keys` by table."""
+    (part.log_from, part.log_to]; `schemas` and `keys` by table. A change that cannot be read
+    fails the read, naming its table and position, or when `tolerant` is one of the dead
+    letters yielded last as (DEAD_LETTERS, rows)."""
     cfg = walker.cfg
     rows = {
         t: ChangeRows(schemas[t], keys[t], f"{cfg.schema}.{t}", cfg.schema_change, _value)
         for t in schemas
     }
     cfgs = {t: cfg.for_table(t) for t in schemas}
-    end = order(part.log_to)
+    end, dead = order(part.log_to), []
     for txn in walker.transactions(part.log_from, conn):
         if order(txn.end) > end:
             break
@@ -316,12 +362,40 @@ def read_changes(
         for seq, (table, op, values, before) in enumerate(txn.changes, start=1):
             meta = {"__ts_ms": txn.ts_ms, "__pos": text_pos(txn.end, seq)}
             meta["__source"] = source(cfgs[table], False, **txn.end, gtid=txn.gtid)
-            rows[table].add(op, values, before, meta, types[table])
+            try:
+                if op == POISON:
+                    raise values["error"]
+                rows[table].add(op, values, before, meta, types[table])
+            except (ValueError, ArithmeticError, LookupError, UnicodeError, pa.ArrowException) as e:
+                record = _poison(cfg, table, op, values, txn, meta, e)
+                if not tolerant:
+                    raise ConnectQLError(
+                        f"{record['error_message']} (errors.tolerance = 'all' on a source of"
+                        " several tables sends it to the dead-letter stream and goes on)"
+                    ) from None
+                dead.append(record)
         if order(txn.end) == end:
             break
     for table, built in rows.items():
         if built.count:
             yield table, built.batch()
+    if dead:
+        yield DEAD_LETTERS, dead_letters(dead, next(iter(schemas.values())))
+
+
+def _poison(cfg, table: str, op: str, values: dict, txn: Txn, meta: dict, e: Exception) -> dict:
+    """A change that cannot be read, as a dead-letter record."""
+    at = values["at"] if op == POISON else {**txn.end, "op": op}
+    raw = at if op == POISON else {k: str(v)[:1000] for k, v in values.items()}
+    message = (
+        f"table {cfg.schema}.{table}: the change at binlog {at['file']}:{at['pos']} cannot be"
+        f" read: {type(e).__name__}: {str(e)[:300]}"
+    )
+    return {
+        "table": table, "ts_ms": meta["__ts_ms"], "pos": meta["__pos"],
+        "offset": {"binlog": txn.end, "table": table}, "error_class": type(e).__name__,
+        "error_message": message, "raw_record": raw,
+    }  # fmt: skip
 
 
 def _value(value, f, types: dict):
@@ -364,7 +438,9 @@ def _log_error(e, cfg, start: dict) -> ConnectQLError:
             f"binlog file {start['file']} (position {start['pos']}) is no longer on the server"
             f" (purged): RESET CONNECTOR {cfg.connector} OFFSETS starts over with a new snapshot"
         )
-    return ConnectQLError(f"reading the binary log failed: {reason(e, cfg.connection)}")
+    return ConnectQLError(
+        f"reading the binary log of {where(cfg.connection)} failed: {reason(e, cfg.connection)}"
+    )
 
 
 def check_replication(cfg, where_: str) -> None:

@@ -3,14 +3,17 @@ password), and quoting of identifiers. Sessions run in UTC so TIMESTAMP values a
 
 from __future__ import annotations
 
+import functools
+import math
+import socket
 from typing import Any
 
 import pymysql
 
+from connectql.connectors.bounds import BOUND_KEYS, Bounds
 from connectql.errors import PlanError
 
-CONNECTION_KEYS = ("host", "port", "user", "password", "database")
-CONNECT_TIMEOUT_S = 10
+CONNECTION_KEYS = ("host", "port", "user", "password", "database", *BOUND_KEYS)
 
 # server error codes
 ACCESS_DENIED, UNKNOWN_DATABASE, CANNOT_CONNECT, UNKNOWN_HOST = 1045, 1049, 2003, 2005
@@ -25,22 +28,52 @@ def where(cfg: dict[str, Any]) -> str:
     return f"mysql at {cfg.get('host', 'localhost')}:{cfg.get('port', 3306)}"
 
 
+def connect_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """pymysql.connect's arguments for `cfg` (a connection config): the server, and the bounds
+    (connect timeout, a read and write timeout on the socket, lock waits). Connect through
+    `bounded_connect(cfg)` so that the TCP keepalives apply too (binlog streams included)."""
+    b = Bounds.of(cfg)
+    init = "SET time_zone = '+00:00'"
+    if b.lock_s:
+        wait = max(1, math.ceil(b.lock_s))
+        init += f", SESSION innodb_lock_wait_timeout = {wait}, SESSION lock_wait_timeout = {wait}"
+    return {
+        "host": cfg.get("host", "localhost"),
+        "port": int(cfg.get("port", 3306)),
+        "user": cfg.get("user") or "root",
+        "password": cfg.get("password") or "",
+        "database": cfg.get("database") or None,
+        "connect_timeout": b.connect_s,
+        "read_timeout": b.read_s,
+        "write_timeout": b.read_s,
+        "charset": "utf8mb4",
+        "init_command": init,
+    }
+
+
+def bounded_connect(cfg: dict[str, Any]):
+    """pymysql.connect with the TCP keepalives of `cfg` set on the connection's socket (pymysql
+    turns keepalives on but leaves their timing at the system's two hours)."""
+    return functools.partial(_with_keepalive, Bounds.of(cfg).keepalive_probes())
+
+
+def _with_keepalive(probes, **kwargs) -> pymysql.Connection:
+    conn = pymysql.connect(**kwargs)
+    sock = getattr(conn, "_sock", None)
+    if probes and sock is not None and hasattr(socket, "TCP_KEEPIDLE"):
+        idle, interval, count = probes
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
+    return conn
+
+
 def connect(cfg: dict[str, Any], autocommit: bool = True, **kwargs) -> pymysql.Connection:
-    """A connection, or a PlanError saying which of host, database, user or password is wrong.
-    `kwargs` go to pymysql (e.g. cursorclass, conv)."""
+    """A bounded connection, or a PlanError saying which of host, database, user or password
+    is wrong (or that the server did not answer). `kwargs` go to pymysql (e.g. cursorclass,
+    conv)."""
     try:
-        return pymysql.connect(
-            host=cfg.get("host", "localhost"),
-            port=int(cfg.get("port", 3306)),
-            user=cfg.get("user") or "root",
-            password=cfg.get("password") or "",
-            database=cfg.get("database") or None,
-            connect_timeout=CONNECT_TIMEOUT_S,
-            autocommit=autocommit,
-            charset="utf8mb4",
-            init_command="SET time_zone = '+00:00'",
-            **kwargs,
-        )
+        return bounded_connect(cfg)(**connect_kwargs(cfg), autocommit=autocommit, **kwargs)
     except pymysql.err.MySQLError as e:
         raise PlanError(f"cannot connect to {where(cfg)}: {reason(e, cfg)}") from None
 
@@ -59,6 +92,8 @@ def reason(e: Exception, cfg: dict[str, Any]) -> str:
         return f"database '{cfg.get('database')}' does not exist"
     if code in (CANNOT_CONNECT, UNKNOWN_HOST):
         return "connection refused (is the server running and listening there?)"
+    if "timed out" in text:
+        return "no answer from the server in time (connect.timeout.ms, read.timeout.ms)"
     return text
 
 

@@ -24,6 +24,7 @@ from connectql.connectors.mysql.types import (
     csv_to_arrow,
     rows_to_arrow,
     select_expr,
+    spatial,
 )
 
 ROWS_PER_ARROW_BATCH = 65_536
@@ -57,6 +58,11 @@ class MyDb:
         return ", ".join(select_expr(self._column(f.name)) for f in schema)
 
     def read(self, relation, where, params, schema, order) -> Iterator[pa.RecordBatch]:
+        columns = [self._column(f.name) for f in schema]
+        for batch in self._read(relation, where, params, schema, order):
+            yield spatial(batch, columns)
+
+    def _read(self, relation, where, params, schema, order) -> Iterator[pa.RecordBatch]:
         if len(order) == 1 and self._column(order[0]).data_type in INTEGERS:
             batches = self.grouped(relation, where, params, schema, order[0])
             if batches is not None:

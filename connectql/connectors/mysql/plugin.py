@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
+from connectql.connectors.bounds import BOUND_OPTIONS
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
 from connectql.connectors.dbsink import sink_options, writer_spec
 from connectql.connectors.dbsource import (
@@ -29,7 +30,7 @@ CONNECTION = {
         Option("password", secret=True, doc="the user's password (use SECRET name or ${env:..})"),
         Option("database", required=True, doc="database (schema) of the table(s)"),
     ]
-}
+} | BOUND_OPTIONS
 
 SINK_OPTIONS = {**SINK_COMMON, **CONNECTION, **sink_options("database.name")}
 

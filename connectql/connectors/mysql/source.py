@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from connectql.connectors.mysql import binlog
+from connectql.connectors.mysql import binlog, keyless
 from connectql.connectors.mysql.client import connect, qualified
 from connectql.connectors.mysql.db import RAW, MyDb
 from connectql.connectors.mysql.tables import columns_of, describe_source
@@ -81,7 +81,16 @@ class MysqlStreamReader(TableStreamReader):
 
     def log_read(self, conn, part: Range) -> Iterator[tuple[str, pa.RecordBatch]]:
         keys = {t: self.meta(conn, t).key for t in self.tables}
-        yield from binlog.read_changes(self._walker(conn, 1), part, self.schemas, keys, conn)
+        walker = self._walker(conn, 1)
+        yield from binlog.read_changes(walker, part, self.schemas, keys, conn, self.tolerant)
+
+    def log_snapshot(self, conn, table, part: Range) -> Iterator[pa.RecordBatch]:
+        src = self._src(table)
+
+        def read(c) -> Iterator[pa.RecordBatch]:
+            return self.dialect(c, self.meta(c, table)).read(src.relation, "", (), src.schema, [])
+
+        yield from keyless.read_as_of(self, conn, table, part.log_from, src.schema, read)
 
     def with_snapshot_columns(self, batch: pa.RecordBatch, table, position: dict):
         cfg = self.cfg.for_table(table)

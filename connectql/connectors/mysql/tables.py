@@ -137,6 +137,7 @@ def discover(cfg, cdc: bool, where: str) -> list[Table]:
     """At CREATE: the columns and key of each table the source reads, checking what
     change-data capture needs."""
     from connectql.connectors.mysql.binlog import check_replication
+    from connectql.connectors.mysql.keyless import check_supported
 
     with connect(cfg.connection) as conn:
         if cdc:
@@ -148,6 +149,8 @@ def discover(cfg, cdc: bool, where: str) -> list[Table]:
             found.append(describe_source(conn, one, where))
             if not one.query:
                 check_table_readable(conn, one.schema, one.table, where)
+            if cdc and not one.query and not found[-1].key:
+                check_supported(conn, found[-1].qualified, where)
         return found
 
 

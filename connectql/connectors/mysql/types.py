@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import ipaddress
 import json
 from dataclasses import dataclass
 from decimal import Decimal
@@ -30,6 +31,11 @@ MAX_DECIMAL_PRECISION = 38
 STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "json"}
 STRING_TYPES |= {"enum", "set", "time", "uuid", "inet4", "inet6"}
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+# spatial types: read as WKB (EWKB when the value has an SRID), see wkb()
+GEOMETRY_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring"}
+GEOMETRY_TYPES |= {"multipolygon", "geometrycollection", "geomcollection"}
+# MariaDB types the binlog sends as fixed-size bytes (trailing zeros left out): their sizes
+FIXED_BYTES = {"uuid": 16, "inet4": 4, "inet6": 16}
 # (signed, unsigned) Spark types of the integer types
 INTEGERS = {
     "tinyint": ("SMALLINT", "SMALLINT"),
@@ -103,7 +109,7 @@ def spark_type(c: Column) -> str | None:
         return "DOUBLE"
     if t in STRING_TYPES:
         return "STRING"
-    if t in BINARY_TYPES:
+    if t in BINARY_TYPES or t in GEOMETRY_TYPES:
         return "BINARY"
     if t == "date":
         return "DATE"
@@ -113,8 +119,8 @@ def spark_type(c: Column) -> str | None:
         return "TIMESTAMP"
     if t == "year":
         return "INT"
-    if t == "bit":
-        return "BOOLEAN" if c.bits == 1 else "BIGINT"
+    if t == "bit":  # bit(64) holds up to 2^64 - 1, past BIGINT
+        return "BOOLEAN" if c.bits == 1 else "BIGINT" if c.bits < 64 else "DECIMAL(20,0)"
     return None
 
 
@@ -130,6 +136,8 @@ def select_expr(c: Column) -> str:
     q = "`" + c.name.replace("`", "``") + "`"
     if c.data_type == "bit":
         return f"{q} + 0"  # as a number, not bytes
+    if c.data_type == "float":
+        return f"CAST({q} AS DOUBLE)"  # a FLOAT prints 6 digits; its double form is exact
     return q
 
 
@@ -141,8 +149,8 @@ def csv_expr(c: Column, dtype: DataType) -> str:
         q = f"""CONCAT('"', REPLACE({q}, '"', '""'), '"')"""
     elif isinstance(dtype, BinaryType):
         q = f"""CONCAT('"', HEX({q}), '"')"""
-    elif c.data_type == "bit":
-        q = f"{q} + 0"
+    else:
+        q = select_expr(c)
     return f"IFNULL({q}, '')"
 
 
@@ -186,10 +194,60 @@ def _from_text(values, arrow: pa.DataType) -> pa.Array:
     if pa.types.is_string(arrow):
         return text
     if pa.types.is_timestamp(arrow) or pa.types.is_date(arrow):
-        text = pc.if_else(pc.starts_with(text, "0000-00-00"), None, text)  # zero dates
-        if pa.types.is_timestamp(arrow):
-            return text.cast(pa.timestamp("us")).cast(arrow)
+        return _dates(text, arrow)
     return text.cast(arrow)
+
+
+# a zero year, month or day: '0000-00-00', '0001-00-00', '2024-05-00', '0000-01-01 ...'
+ZERO_PART = r"^(0000-|\d{4}-00-|\d{4}-\d\d-00)"
+
+
+def _dates(text: pa.Array, arrow: pa.DataType) -> pa.Array:
+    """Dates and times as text -> `arrow`; a value with a zero part (which no date type outside
+    MySQL holds), or one invalid otherwise (ALLOW_INVALID_DATES), is NULL, as on the binlog."""
+    text = pc.if_else(pc.match_substring_regex(text, ZERO_PART), None, text)
+    step = pa.timestamp("us") if pa.types.is_timestamp(arrow) else arrow
+    try:
+        return text.cast(step).cast(arrow)
+    except pa.ArrowInvalid:
+        return pa.array([_one_date(v, step) for v in text.to_pylist()], step).cast(arrow)
+
+
+def _one_date(value: str | None, step: pa.DataType):
+    try:
+        return None if value is None else pa.scalar(value).cast(step).as_py()
+    except pa.ArrowInvalid:
+        return None
+
+
+def wkb(stored: bytes) -> bytes:
+    """A spatial value as MySQL stores it (a 4-byte little-endian SRID, then WKB) -> WKB, or
+    with an SRID other than 0 EWKB (PostGIS's WKB with the SRID flag and the SRID after the
+    type), so that the SRID is kept, as Debezium's (wkb, srid) pair keeps it, in one value
+    that PostGIS, GEOS/shapely and DuckDB read."""
+    srid, body = int.from_bytes(stored[:4], "little"), stored[4:]
+    if srid == 0 or len(body) < 5:
+        return body
+    order = "little" if body[0] == 1 else "big"
+    kind = int.from_bytes(body[1:5], order) | EWKB_SRID_FLAG
+    return body[:1] + kind.to_bytes(4, order) + srid.to_bytes(4, order) + body[5:]
+
+
+EWKB_SRID_FLAG = 0x20000000
+
+
+def spatial(batch: pa.RecordBatch, columns: list[Column]) -> pa.RecordBatch:
+    """A snapshot batch with its spatial columns (MySQL's stored form) as wkb() gives them."""
+    names = [c.name for c in columns if c.data_type in GEOMETRY_TYPES]
+    if not any(n in batch.schema.names for n in names):
+        return batch
+    arrays = [
+        pa.array([None if v is None else wkb(v) for v in col.to_pylist()], pa.binary())
+        if name in names
+        else col
+        for name, col in zip(batch.schema.names, batch.columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
 
 
 # ------------------------------------------------------------------ binlog: Python values
@@ -202,19 +260,37 @@ def binlog_value(value, c: Column, dtype: DataType):
     if isinstance(dtype, StringType):
         return _text(value, c)
     if isinstance(dtype, BinaryType):
-        return value.encode() if isinstance(value, str) else bytes(value)
+        return _binary(value, c)
     if isinstance(dtype, BooleanType):
         return _bit(value) != 0
     if c.data_type == "bit":
         return _bit(value)
     if isinstance(dtype, DecimalType):
         return Decimal(value)
+    if c.data_type == "year":
+        return 0 if value == YEAR_ZERO else int(value)  # the binlog's 0 plus 1900
     if isinstance(dtype, IntegralType):
         return int(value)
     if isinstance(dtype, TimestampType):
-        return value.replace(tzinfo=dt.timezone.utc) if isinstance(value, dt.datetime) else None
+        if not isinstance(value, dt.datetime) or value < FIRST_TIMESTAMP:
+            return None  # the zero TIMESTAMP is 0 seconds in the binlog
+        return value.replace(tzinfo=dt.timezone.utc)
     if isinstance(dtype, (TimestampNTZType, DateType)):
         return value if isinstance(value, (dt.date, dt.datetime)) else None
+    return value
+
+
+YEAR_ZERO = 1900
+FIRST_TIMESTAMP = dt.datetime(1970, 1, 1, 0, 0, 1)  # the smallest TIMESTAMP MySQL stores
+
+
+def _binary(value, c: Column) -> bytes:
+    """The binlog leaves out a BINARY(n)'s trailing zero bytes: put them back."""
+    value = value.encode() if isinstance(value, str) else bytes(value)
+    if c.data_type in GEOMETRY_TYPES:
+        return wkb(value)
+    if c.data_type == "binary":
+        return value.ljust((c.args or [1])[0], b"\0")
     return value
 
 
@@ -223,11 +299,29 @@ def _text(value, c: Column) -> str:
         return _time_text(value, (c.args or [0])[0])
     if isinstance(value, (set, frozenset)):  # SET: members in definition order
         return ",".join(m for m in c.members if m in value)
+    if c.data_type in FIXED_BYTES:  # bytes ('' when all zero)
+        raw = value.encode("latin-1") if isinstance(value, str) else bytes(value)
+        return _address(raw.ljust(FIXED_BYTES[c.data_type], b"\0"), c.data_type)
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", errors="replace")
     if isinstance(value, (dict, list)):  # MySQL's binary JSON, decoded
         return json.dumps(value, separators=(", ", ": "))
     return str(value)
+
+
+def _address(raw: bytes, kind: str) -> str:
+    """A MariaDB UUID, INET4 or INET6 as the server prints it."""
+    if kind == "uuid":
+        h = raw.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    if kind == "inet4":
+        return str(ipaddress.IPv4Address(raw))
+    v4 = ipaddress.IPv4Address(raw[12:])
+    if raw[:10] == bytes(10) and raw[10:12] == b"\xff\xff":  # IPv4-mapped
+        return f"::ffff:{v4}"
+    if raw[:12] == bytes(12) and int(v4) > 1:  # IPv4-compatible
+        return f"::{v4}"
+    return str(ipaddress.IPv6Address(raw))
 
 
 def _time_text(value: dt.timedelta, fsp: int) -> str:

@@ -1,7 +1,8 @@
-"""Change-data capture from a PostgreSQL logical replication slot (test_decoding plugin, shipped
-with PostgreSQL): slot management, finding the next batch's end LSN, and decoding a range of
-committed transactions into change rows. The slot only moves forward to offsets Spark has
-finished with, so a crash replays changes rather than losing them."""
+"""Change-data capture from a PostgreSQL logical replication slot with the built-in `pgoutput`
+plugin and a publication of the captured tables (both owned by the connector): slot
+management, finding the next batch's end LSN, and decoding a range of committed transactions
+into change rows. The slot only moves forward to offsets Spark has finished with, so a crash
+replays changes rather than losing them."""
 
 from __future__ import annotations
 
@@ -9,24 +10,20 @@ import json
 import time
 from collections.abc import Iterator
 
+import psycopg
 import pyarrow as pa
-from pyspark.sql.types import ArrayType, StringType, StructType
+from psycopg import sql
+from pyspark.sql.types import StructType
 
 from connectql.connectors.changerows import ChangeRows
 from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
-from connectql.connectors.postgres.pgdecode import (
-    UNCHANGED_TOAST,
-    Begin,
-    Change,
-    Commit,
-    parse,
-    to_python,
-)
+from connectql.connectors.postgres.client import qualified
+from connectql.connectors.postgres.pgoutput import UNCHANGED_TOAST, Begin, Change, Commit, Decoder
+from connectql.connectors.postgres.pgtext import spark_value
 from connectql.connectors.tablereader import Window
 from connectql.errors import ConnectQLError
 
-PLUGIN_NAME = "test_decoding"
-DECODE_OPTIONS = "'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1'"
+PLUGIN_NAME = "pgoutput"
 SNAPSHOT_SEQ = 0  # changes count from 1 within their transaction, so snapshot rows sort first
 
 
@@ -47,8 +44,9 @@ def position(commit_lsn: int, seq: int) -> str:
 # ------------------------------------------------------------------ the slot
 
 
-def ensure_slot(conn, slot: str) -> int:
-    """Create the slot if absent; the LSN from which it will decode (its confirmed position)."""
+def ensure_slot(conn, slot: str, schema: str, tables: list[str]) -> int:
+    """Create the publication (named as the slot) and then the slot if absent (a publication
+    must be older than the changes it decodes); the LSN from which the slot will decode."""
 
     def found():
         return conn.execute(
@@ -59,27 +57,65 @@ def ensure_slot(conn, slot: str) -> int:
 
     row = found()
     if row is None:
+        ensure_publication(conn, slot, schema, tables)
         conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN_NAME))
         row = found()
     if row[1] != PLUGIN_NAME:
         raise ConnectQLError(
             f"replication slot {slot} uses plugin {row[1]}; connectql needs {PLUGIN_NAME}"
-            " (choose another slot.name)"
+            " (RESET CONNECTOR ... OFFSETS to start over with a new slot, or choose another"
+            " slot.name)"
         )
     return lsn_int(row[0])
 
 
-def drop_slot(conn, slot: str) -> bool:
-    found = conn.execute(
-        "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-    ).fetchone()
-    if found is None:
+def ensure_publication(conn, name: str, schema: str, tables: list[str]) -> None:
+    """The publication of the captured tables (made again when it lists other tables)."""
+    have = {
+        r[0]
+        for r in conn.execute(
+            "SELECT tablename FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s",
+            (name, schema),
+        ).fetchall()
+    }
+    exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+    if exists and have == set(tables):
+        return
+    listed = sql.SQL(", ").join(qualified(schema, t) for t in tables)
+    if exists:
+        conn.execute(
+            sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(sql.Identifier(name), listed)
+        )
+    else:
+        conn.execute(
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(name), listed)
+        )
+
+
+def drop_publication(conn, name: str) -> bool:
+    if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone() is None:
         return False
-    if found[0] is not None:
-        conn.execute("SELECT pg_terminate_backend(%s)", (found[0],))
-        time.sleep(0.2)
-    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    conn.execute(sql.SQL("DROP PUBLICATION {}").format(sql.Identifier(name)))
     return True
+
+
+def drop_slot(conn, slot: str, attempts: int = 20) -> bool:
+    """Drop the slot, ending the connection that holds it (a replication connection may come
+    back before the drop: then again)."""
+    for _ in range(attempts):
+        found = conn.execute(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+        if found is None:
+            return False
+        if found[0] is not None:
+            conn.execute("SELECT pg_terminate_backend(%s, 5000)", (found[0],))
+        try:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            return True
+        except psycopg.errors.ObjectInUse:
+            time.sleep(0.1)
+    raise ConnectQLError(f"replication slot {slot} stays in use; it was not dropped")
 
 
 def current_lsn(conn) -> int:
@@ -98,27 +134,50 @@ def advance(conn, slot: str, lsn: int) -> None:
 # ------------------------------------------------------------------ planning a batch
 
 
+def peek(conn, slot: str, upto: int | None, limit: int | None) -> Iterator[tuple[int, object]]:
+    """(LSN, decoded message) of the slot's changes up to LSN `upto` (inclusive), without
+    consuming them."""
+    decoder = Decoder(type_names(conn))
+    rows = conn.execute(
+        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes"
+        "(%s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s)",
+        (slot, None if upto is None else lsn_text(upto + 1), limit, slot),
+    ).fetchall()
+    for lsn, data in rows:
+        yield lsn_int(lsn), decoder.feed(bytes(data))
+
+
+def type_names(conn):
+    """(type oid, typmod) -> the type as format_type() prints it, asked once each."""
+    cache: dict[tuple[int, int], str] = {}
+
+    def name(oid: int, typmod: int) -> str:
+        if (oid, typmod) not in cache:
+            cache[oid, typmod] = conn.execute(  # a domain: its base type
+                "SELECT format_type(CASE WHEN typtype = 'd' THEN typbasetype ELSE oid END,"
+                " CASE WHEN typtype = 'd' THEN typtypmod ELSE %s END) FROM pg_type WHERE oid = %s",
+                (None if typmod < 0 else typmod, oid),
+            ).fetchone()[0]
+        return cache[oid, typmod]
+
+    return name
+
+
 def scan(conn, slot: str, limit: int, captured: set[str], target: int | None) -> Window:
     """Look ahead (without consuming) for the next batch's end."""
-    upto = lsn_text(target + 1) if target is not None else None
-    rows = conn.execute(
-        "SELECT lsn::text, data FROM pg_logical_slot_peek_changes"
-        f"(%s, %s::pg_lsn, %s, {DECODE_OPTIONS})",
-        (slot, upto, limit),
-    ).fetchall()
-    relevant, last, touched = None, None, False
-    for lsn, data in rows:
-        item = parse(data)
+    relevant, last, touched, seen = None, None, False, 0
+    for lsn, item in peek(conn, slot, target, limit):
+        seen += 1
         if isinstance(item, Change):
             touched = touched or item.table in captured
         elif isinstance(item, Commit):
-            last = lsn_int(lsn)
+            last = lsn
             if target is not None and last > target:
                 break
             if touched:
                 relevant = last
             touched = False
-    return Window(relevant, last, len(rows) >= limit)
+    return Window(relevant, last, seen >= limit)
 
 
 # ------------------------------------------------------------------ reading a batch
@@ -129,17 +188,28 @@ def decoded_name(schema: str, table: str) -> str:
     return f"{schema}.{table}"
 
 
-def read_changes(
-    conn, cfg, schemas: dict[str, StructType], keys: dict[str, list], part
+def transactions(conn, slot: str, lsn_from: int, lsn_to: int) -> Iterator[tuple]:
+    """(commit LSN, ts_ms, xid, [Change]) of the transactions committed in (lsn_from, lsn_to],
+    peeked from the slot over SQL."""
+    pending: list[Change] = []
+    xid = 0
+    for commit, item in peek(conn, slot, lsn_to, None):
+        if isinstance(item, Begin):
+            pending, xid = [], item.xid
+        elif isinstance(item, Change):
+            pending.append(item)
+        elif isinstance(item, Commit):
+            if lsn_from < commit <= lsn_to:
+                yield commit, item.ts_ms, xid, pending
+            pending = []
+
+
+def change_batches(
+    cfg, schemas: dict[str, StructType], keys: dict[str, list], txns, seen=None
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """(table, change rows) of the captured tables' changes in transactions committed in
-    (part.lsn_from, part.lsn_to], in commit order; `schemas` and `keys` by table."""
-    lsn_from, lsn_to = part.log_from, part.log_to
-    rows = conn.execute(
-        "SELECT lsn::text, data FROM pg_logical_slot_peek_changes"
-        f"(%s, %s::pg_lsn, NULL, {DECODE_OPTIONS})",
-        (cfg.slot, lsn_text(lsn_to + 1)),
-    )
+    """(table, change rows) of the captured tables' changes in `txns` (commit LSN, ts_ms, xid,
+    [Change]), in commit order; `schemas` and `keys` by table. `seen(table, xid)`: whether the
+    table's snapshot already holds that transaction's changes (they are left out)."""
     builders = {
         decoded_name(cfg.schema, t): (
             cfg.for_table(t),
@@ -147,26 +217,14 @@ def read_changes(
         )
         for t in schemas
     }
-    pending: list[Change] = []
-    for lsn, data in rows:
-        item = parse(data)
-        if isinstance(item, Begin):
-            pending = []
-        elif isinstance(item, Change):
-            pending.append(item)
-        elif isinstance(item, Commit):
-            commit = lsn_int(lsn)
-            if lsn_from < commit <= lsn_to:
-                for seq, change in enumerate(pending, start=1):
-                    if change.table in builders:
-                        one, builder = builders[change.table]
-                        meta = {"__ts_ms": item.ts_ms, "__pos": position(commit, seq)}
-                        meta["__source"] = _source(
-                            one, False, commit_lsn=lsn_text(commit), xid=item.xid
-                        )
-                        values, before = _untoasted(change)
-                        builder.add(change.op, values, before, meta, change.types)
-            pending = []
+    for commit, ts_ms, xid, changes in txns:
+        for seq, change in enumerate(changes, start=1):
+            if change.table in builders and not (seen and seen(change.table, xid)):
+                one, builder = builders[change.table]
+                meta = {"__ts_ms": ts_ms, "__pos": position(commit, seq)}
+                meta["__source"] = _source(one, False, commit_lsn=lsn_text(commit), xid=xid)
+                values, before, meta["__unchanged"] = _untoasted(change)
+                builder.add(change.op, values, before, meta, change.types)
     for one, builder in builders.values():
         if builder.count:
             yield one.table, builder.batch()
@@ -178,30 +236,19 @@ def _source(cfg, snapshot: bool, **where) -> str:
     return json.dumps({**body, "snapshot": snapshot, **where}, sort_keys=True)
 
 
-def _untoasted(change: Change) -> tuple[dict, dict | None]:
-    """The new values and the old key (or row), an unchanged large value taken from the old row
-    where it is there (only REPLICA IDENTITY FULL sends it), else NULL."""
+def _untoasted(change: Change) -> tuple[dict, dict | None, str | None]:
+    """The new values, the old key (or row) and the __unchanged list: an unchanged large value
+    is taken from the old row where it is there (REPLICA IDENTITY FULL sends it); otherwise it
+    is NULL and named in the list (JSON), so that a sink keeps the value it has."""
     old = change.old_key or {}
-
-    def fill(values: dict) -> dict:
-        return {k: _known(old.get(k) if v is UNCHANGED_TOAST else v) for k, v in values.items()}
-
-    return fill(change.values), (fill(old) if change.old_key else None)
-
-
-def _known(value):
-    return None if value is UNCHANGED_TOAST else value
+    values = {k: old.get(k, v) if v is UNCHANGED_TOAST else v for k, v in change.values.items()}
+    unknown = sorted(k for k, v in values.items() if v is UNCHANGED_TOAST)
+    values.update(dict.fromkeys(unknown))
+    return values, (old if change.old_key else None), (json.dumps(unknown) if unknown else None)
 
 
 def _value(text, f, types: dict):
-    if text is None:
-        return None
-    if isinstance(f.dataType, StringType):
-        return text
-    value = to_python(text, types.get(f.name, "text"))
-    if isinstance(f.dataType, ArrayType) and isinstance(f.dataType.elementType, StringType):
-        return [None if v is None else str(v) for v in value]
-    return value
+    return spark_value(text, types.get(f.name, "text"), f.dataType)
 
 
 def with_snapshot_columns(

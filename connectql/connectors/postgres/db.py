@@ -43,7 +43,7 @@ class PgDb:
             for row in cp:
                 chunk.append(row)
                 if len(chunk) >= ROWS_PER_ARROW_BATCH:
-                    yield from csv_to_arrow(b"".join(chunk), schema).to_batches()
+                    yield from csv_to_arrow(b"".join(chunk), schema, self.types).to_batches()
                     chunk = []
         if chunk:
-            yield from csv_to_arrow(b"".join(chunk), schema).to_batches()
+            yield from csv_to_arrow(b"".join(chunk), schema, self.types).to_batches()

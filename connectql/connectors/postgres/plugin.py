@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
+from connectql.connectors.bounds import BOUND_OPTIONS
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
 from connectql.connectors.dbsink import sink_options, writer_spec
 from connectql.connectors.dbsource import (
@@ -28,7 +29,7 @@ CONNECTION = {
         Option("database", required=True, doc="database to connect to"),
         Option("schema", default="public", doc="schema of the table(s) when not qualified"),
     ]
-}
+} | BOUND_OPTIONS
 
 SINK_OPTIONS = {**SINK_COMMON, **CONNECTION, **sink_options("schema.name")}
 
@@ -86,8 +87,9 @@ def count(cfg) -> int:
 
 
 def drop_source(opts: dict[str, Any], connector: str) -> str | None:
-    """DROP CONNECTOR of a cdc source drops its replication slot (it would pin WAL forever)."""
-    from connectql.connectors.postgres.cdc import drop_slot
+    """DROP CONNECTOR of a cdc source drops its replication slot (it would pin WAL forever) and
+    its publication (named as the slot)."""
+    from connectql.connectors.postgres.cdc import drop_publication, drop_slot
     from connectql.connectors.postgres.client import connect
     from connectql.connectors.postgres.source import default_slot
 
@@ -95,7 +97,15 @@ def drop_source(opts: dict[str, Any], connector: str) -> str | None:
         return None
     slot = opts.get("slot.name") or default_slot(connector)
     with connect(connection_config(opts), autocommit=True) as conn:
-        return f"dropped replication slot {slot}" if drop_slot(conn, slot) else None
+        dropped = [
+            f"{what} {slot}"
+            for what, done in (
+                ("replication slot", drop_slot(conn, slot)),
+                ("publication", drop_publication(conn, slot)),
+            )
+            if done
+        ]
+    return f"dropped {' and '.join(dropped)}" if dropped else None
 
 
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:

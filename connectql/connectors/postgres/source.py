@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from connectql.connectors.postgres import cdc
+from connectql.connectors import polling
+from connectql.connectors.postgres import cdc, walstream
 from connectql.connectors.postgres.client import connect, qualified
 from connectql.connectors.postgres.db import PgDb
 from connectql.connectors.postgres.tables import describe_source
@@ -22,13 +23,15 @@ class ReaderConfig(TableConfig):
     """A PostgreSQL source's settings: the table reader's plus its replication slot."""
 
     slot: str = ""
+    checkpoint: str = ""  # the query's checkpoint directory (the change log spool is beside)
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> ReaderConfig:
         cfg = super().from_options(options)
+        fill = {"checkpoint": options.get("connectql.checkpoint", "")}
         if not cfg.slot:
-            cfg = ReaderConfig(**{**cfg.__dict__, "slot": default_slot(cfg.connector)})
-        return cfg
+            fill["slot"] = default_slot(cfg.connector)
+        return replace(cfg, **fill)
 
     def relation(self) -> str:
         if self.query:
@@ -42,8 +45,13 @@ def default_slot(connector: str) -> str:
 
 
 class PostgresStreamReader(TableStreamReader):
+    """cdc: while streaming, a walstream.Tailer holds the slot and spools changes; each batch's
+    range is read from the spool ('spool' partitions). A run = 'once' source peeks the slot
+    over SQL to its target instead ('changes' partitions)."""
+
     config_class = ReaderConfig
     LOG_KEY = "lsn"
+    _tailer: walstream.Tailer | None = None
 
     def connect(self):
         return connect(self.cfg.connection, autocommit=True)
@@ -61,21 +69,111 @@ class PostgresStreamReader(TableStreamReader):
         return self.cfg.for_table(table).relation()
 
     def log_start(self, conn) -> int:
-        return cdc.ensure_slot(conn, self.cfg.slot)
+        return cdc.ensure_slot(conn, self.cfg.slot, self.cfg.schema, self.tables)
 
     def log_now(self, conn) -> int:
-        return cdc.current_lsn(conn)
+        """While streaming: as far as the tailer has spooled (a batch never ends beyond)."""
+        if self.available_now or self._tailer is None:
+            return cdc.current_lsn(conn)
+        return self._tailer.seen
+
+    def _captured(self) -> set[str]:
+        return {cdc.decoded_name(self.cfg.schema, t) for t in self.tables}
+
+    def _spool(self):
+        return walstream.spool_dir(self.cfg.checkpoint, self.cfg)
+
+    def _tailing(self, start: int) -> walstream.Tailer:
+        """The tailer following the slot from `start` or before. A tailer that failed (its
+        connection lost, its server silent) fails the source with its error, so that the
+        connector shows the trouble and is restarted with backoff."""
+        failed = self._tailer is not None and self._tailer.error is not None
+        if failed:
+            tailer, self._tailer = self._tailer, None
+            tailer.close()
+            raise tailer.error
+        if self._tailer is None or not self._tailer.covers(start):
+            if self._tailer is not None:
+                self._tailer.close()
+            self._tailer = walstream.Tailer(
+                self.cfg, self._spool(), start, self._captured(), self.cfg.batch_rows
+            )
+        return self._tailer
 
     def log_scan(self, conn, start: int, target: int | None) -> Window:
-        captured = {cdc.decoded_name(self.cfg.schema, t) for t in self.tables}
-        return cdc.scan(conn, self.cfg.slot, self.cfg.batch_rows, captured, target)
+        if target is None:
+            return self._tailing(start).window(start)
+        return cdc.scan(conn, self.cfg.slot, self.cfg.batch_rows, self._captured(), target)
 
     def log_done(self, conn, position: int) -> None:
-        cdc.advance(conn, self.cfg.slot, position)
+        if self.available_now:
+            cdc.advance(conn, self.cfg.slot, position)
+        else:
+            self._tailing(position).confirm(position)
+
+    def partitions(self, start: dict, end: dict) -> list[Range]:
+        parts = super().partitions(start, end)
+        if self.available_now or not any(p.kind == "changes" for p in parts):
+            return parts
+        self._tailing(start[self.LOG_KEY])  # a batch replayed after a restart: spool it again
+        return [replace(p, kind="spool") if p.kind == "changes" else p for p in parts]
+
+    def read(self, part: Range):
+        if part.kind == "rows" and self.cdc:
+            conn = self.connect()
+            try:
+                if not self.meta(conn, part.table).key:
+                    yield from self._keyless_snapshot(conn, part)
+                    return
+            finally:
+                conn.close()
+        if part.kind != "spool":
+            yield from super().read(part)
+            return
+        conn = self.connect()
+        try:
+            keys = {t: self.meta(conn, t).key for t in self.tables}
+            txns = walstream.read_spool(self._spool(), part.log_from, part.log_to)
+            for table, batch in self._changes(keys, txns):
+                yield self._shape(table, batch)
+        finally:
+            conn.close()
+
+    def _changes(self, keys: dict, txns) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """(table, change rows), less those a keyless table's snapshot already read."""
+        seen = {
+            cdc.decoded_name(self.cfg.schema, t): s
+            for t, s in walstream.snapshots(self._spool()).items()
+        }
+
+        def in_snapshot(table: str, xid: int) -> bool:
+            return table in seen and walstream.visible(xid, seen[table])
+
+        yield from cdc.change_batches(self.cfg, self.schemas, keys, txns, in_snapshot)
+
+    def _keyless_snapshot(self, conn, part: Range) -> Iterator[pa.RecordBatch]:
+        """A table without a primary key is read whole in one transaction whose snapshot is
+        kept beside the checkpoint: its changes from transactions that snapshot saw are left
+        out, so no row arrives twice."""
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0]
+        name = self.cfg.for_table(part.table).table
+        walstream.save_snapshot(self._spool(), name, snapshot)
+        db = self.dialect(conn, self.meta(conn, part.table))
+        for batch in polling.read_range(db, self._src(part.table), [], None, None):
+            batch = self.with_snapshot_columns(batch, part.table, part.log_from)
+            yield self._shape(part.table, batch)
+        conn.execute("COMMIT")
+
+    def stop(self) -> None:
+        if self._tailer is not None:
+            self._tailer.close()
+        super().stop()
 
     def log_read(self, conn, part: Range) -> Iterator[tuple[str, pa.RecordBatch]]:
         keys = {t: self.meta(conn, t).key for t in self.tables}
-        yield from cdc.read_changes(conn, self.cfg, self.schemas, keys, part)
+        txns = cdc.transactions(conn, self.cfg.slot, part.log_from, part.log_to)
+        yield from self._changes(keys, txns)
 
     def with_snapshot_columns(self, batch: pa.RecordBatch, table, position: int):
         cfg = self.cfg.for_table(table)

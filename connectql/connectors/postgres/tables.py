@@ -12,10 +12,13 @@ from connectql.errors import PlanError
 
 def describe_table(conn, schema: str, name: str, where: str) -> Table:
     rows = conn.execute(
-        "SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typtype = 'e'"
-        " OR coalesce(e.typtype = 'e', false)"
+        # a domain is read as its base type
+        "SELECT a.attname, format_type(t.oid, CASE WHEN d.oid IS NULL THEN a.atttypmod"
+        " ELSE d.typtypmod END), t.typtype = 'e' OR coalesce(e.typtype = 'e', false)"
         " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
-        " JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " LEFT JOIN pg_type d ON d.oid = a.atttypid AND d.typtype = 'd'"
+        " JOIN pg_type t ON t.oid = coalesce(d.typbasetype, a.atttypid)"
         " LEFT JOIN pg_type e ON e.oid = t.typelem"
         " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped"
         " ORDER BY a.attnum",
@@ -32,7 +35,8 @@ def describe_table(conn, schema: str, name: str, where: str) -> Table:
                 " cannot read"
             )
         columns.append((col, pg, st))
-    return Table(schema, name, tuple(columns), _primary_key(conn, schema, name))
+    key = _primary_key(conn, schema, name)
+    return Table(schema, name, tuple(columns), key, (("__unchanged", "STRING"),))
 
 
 def _primary_key(conn, schema: str, name: str) -> tuple[str, ...]:

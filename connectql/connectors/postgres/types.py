@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import re
 
 import pyarrow as pa
@@ -30,6 +29,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from connectql.connectors.postgres.pgtext import spark_value
+
 _SIMPLE = {
     "smallint": "SMALLINT",
     "integer": "INT",
@@ -51,7 +52,16 @@ _SIMPLE = {
     "date": "DATE",
     "bytea": "BINARY",
     "numeric": "DECIMAL(38,18)",
+    "oid": "BIGINT",
 }
+# types read as their text form (STRING): what the other cdc tools give and users query
+_TEXT_FORM = {
+    "money",  # as lc_monetary prints it, e.g. $12.50
+    "tsquery", "tsvector",
+    "point", "box", "circle", "line", "lseg", "path", "polygon",
+    "int4range", "int8range", "numrange", "tsrange", "tstzrange", "daterange",
+    "hstore", "ltree", "isbn", "isbn13", "issn", "issn13", "ismn", "ismn13", "ean13", "upc",
+}  # fmt: skip
 _PATTERNS = [
     (re.compile(r"^(character varying|character|varchar|char|bpchar)(\(\d+\))?$"), "STRING"),
     (re.compile(r"^timestamp(\(\d\))? without time zone$"), "TIMESTAMP_NTZ"),
@@ -72,6 +82,8 @@ def spark_type(pg_type: str, is_enum: bool = False) -> str | None:
         return "STRING"
     if pg_type in _SIMPLE:
         return _SIMPLE[pg_type]
+    if pg_type.rpartition(".")[2].strip('"') in _TEXT_FORM:  # an extension's, maybe qualified
+        return "STRING"
     m = _NUMERIC.match(pg_type)
     if m:
         precision, scale = int(m.group(1)), int(m.group(2))
@@ -82,20 +94,35 @@ def spark_type(pg_type: str, is_enum: bool = False) -> str | None:
 # ------------------------------------------------------------------ reading: COPY CSV -> Arrow
 
 
+# the latest / earliest values Spark holds: where PostgreSQL's ±infinity land (pgtext.to_python)
+TIMESTAMP_US_RANGE = (-62_135_596_800_000_000, 253_402_300_799_999_999)
+DATE_DAYS_RANGE = (-719_162, 2_932_896)
+
+
 def select_expr(column: str, dtype: DataType) -> str:
-    """How a source selects a column so that its CSV text converts into Arrow exactly."""
+    """How a source selects a column so that its CSV text converts into Arrow exactly. Strings
+    and arrays are the type's own text form (its output function, as the change log has it;
+    not a ::text cast, which prints inet and char(n) otherwise)."""
     q = '"' + column.replace('"', '""') + '"'
     if isinstance(dtype, (TimestampType, TimestampNTZType)):
-        return f"(extract(epoch from {q}) * 1000000)::bigint"
+        low, high = TIMESTAMP_US_RANGE
+        return _finite(q, f"(extract(epoch from {q}) * 1000000)::bigint", low, high)
     if isinstance(dtype, DateType):
-        return f"({q} - date '1970-01-01')"
+        low, high = DATE_DAYS_RANGE
+        return _finite(q, f"({q} - date '1970-01-01')", low, high)
     if isinstance(dtype, BinaryType):
         return f"encode({q}, 'base64')"
-    if isinstance(dtype, ArrayType):
-        return f"array_to_json({q})::text"
-    if isinstance(dtype, StringType):
-        return f"{q}::text"
+    if isinstance(dtype, DecimalType):  # NaN and ±Infinity: NULL (pgtext.spark_value)
+        return f"CASE WHEN {q} IN ('NaN', 'Infinity', '-Infinity') THEN NULL ELSE {q} END"
     return q
+
+
+def _finite(q: str, expr: str, low: int, high: int) -> str:
+    return (
+        f"CASE WHEN isfinite({q}) THEN greatest({low}, least({high}, {expr}))"
+        f" WHEN {q} > 'epoch' THEN {high}"
+        f" WHEN {q} < 'epoch' THEN {low} END"
+    )
 
 
 def _csv_type(arrow: pa.DataType) -> pa.DataType:
@@ -112,8 +139,9 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def csv_to_arrow(data: bytes, schema: StructType) -> pa.Table:
-    """Rows COPYed as CSV (selected with select_expr) -> an Arrow table of exactly `schema`."""
+def csv_to_arrow(data: bytes, schema: StructType, types: dict | None = None) -> pa.Table:
+    """Rows COPYed as CSV (selected with select_expr) -> an Arrow table of exactly `schema`;
+    `types` (column -> PostgreSQL type) reads arrays from their text form."""
     target = arrow_schema(schema)
     if not data:
         return target.empty_table()
@@ -130,16 +158,19 @@ def csv_to_arrow(data: bytes, schema: StructType) -> pa.Table:
             quoted_strings_can_be_null=False,
         ),
     )
-    columns = [_convert(table.column(i), f.type) for i, f in enumerate(target)]
+    columns = [
+        _convert(table.column(i), f.type, field, (types or {}).get(f.name, "text[]"))
+        for i, (f, field) in enumerate(zip(target, schema.fields, strict=True))
+    ]
     return pa.Table.from_arrays(columns, schema=target)
 
 
-def _convert(column: pa.ChunkedArray, arrow: pa.DataType) -> pa.ChunkedArray:
+def _convert(column: pa.ChunkedArray, arrow: pa.DataType, field, pg: str) -> pa.ChunkedArray:
     if pa.types.is_binary(arrow):
         values = [None if v is None else base64.b64decode(v) for v in column.to_pylist()]
         return pa.chunked_array([pa.array(values, arrow)], arrow)
     if pa.types.is_list(arrow):
-        values = [None if v is None else json.loads(v) for v in column.to_pylist()]
+        values = [spark_value(v, pg, field.dataType) for v in column.to_pylist()]
         return pa.chunked_array([pa.array(values, arrow)], arrow)
     return column.cast(arrow)
 
@@ -197,7 +228,10 @@ def _array_literal(values: list) -> str:
     def item(v) -> str:
         if v is None:
             return "NULL"
-        text = str(v).lower() if isinstance(v, bool) else str(v)
+        if isinstance(v, bytes):
+            text = "\\x" + v.hex()
+        else:
+            text = str(v).lower() if isinstance(v, bool) else str(v)
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
     return "{" + ",".join(item(v) for v in values) + "}"

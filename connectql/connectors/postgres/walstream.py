@@ -1,0 +1,283 @@
+"""The change log over PostgreSQL's streaming replication protocol: a tailer thread in the source
+process holds the slot's one replication connection (psycopg2's LogicalReplicationConnection;
+psycopg 3 has no replication protocol), decodes pgoutput as changes commit, and spools each
+transaction of the captured tables to a file named by its commit LSN in a directory beside the
+checkpoint. latestOffset looks batches up in the spool, read() (in other processes) reads a
+range of its files, and commit sends the committed LSN as the slot's flush position and deletes
+the files up to it. The slot never passes what the checkpoint committed, so after a restart the
+tailer spools again from there and a replayed batch reads the same transactions."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import tempfile
+import threading
+import time
+from bisect import bisect_right
+from pathlib import Path
+
+from connectql.connectors.postgres.cdc import type_names
+from connectql.connectors.postgres.client import connect, connect_error, libpq_params
+from connectql.connectors.postgres.pgoutput import Begin, Change, Commit, Decoder
+from connectql.connectors.tablereader import Window
+from connectql.errors import ConnectQLError
+
+COVERED = "covered"  # the spool's file holding the LSN up to which every commit is spooled
+POLL_S = 0.05
+ASK_EVERY_S = 0.5  # while idle, ask the server where it is (a keepalive reply), this often
+PING_S = 5.0  # while idle, check the server answers a query (a silent one is hung), this often
+HEARD_S = 15.0  # ... within this long (at most: read.timeout.ms when shorter)
+READ_WAIT_S = 120.0
+AHEAD_BATCHES = 4
+IN_USE_WAIT_S = 15.0  # the tailer stops reading this many batches' rows past the committed LSN
+
+
+def spool_dir(checkpoint: str | None, cfg) -> Path:
+    """Beside the checkpoint (shared by every process of the query, and gone with it); without
+    one (a reader made outside connectql), under the temporary directory."""
+    if checkpoint:
+        return Path(checkpoint) / "pgoutput-spool" / cfg.slot
+    c = cfg.connection
+    where = f"{c.get('host', 'localhost')}_{c.get('port', 5432)}_{c.get('database')}_{cfg.slot}"
+    return Path(tempfile.gettempdir()) / "connectql-spool" / where
+
+
+def _name(lsn: int) -> str:
+    return f"{lsn:016X}.txn"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def covered(spool: Path) -> int:
+    try:
+        return int((spool / COVERED).read_text())
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+def read_spool(spool: Path, lsn_from: int, lsn_to: int):
+    """(commit LSN, ts_ms, xid, [Change]) of the spooled transactions in (lsn_from, lsn_to], in
+    commit order, once the spool covers lsn_to (waiting for the tailer if need be)."""
+    deadline = time.monotonic() + READ_WAIT_S
+    while covered(spool) < lsn_to:
+        if time.monotonic() > deadline:
+            raise ConnectQLError(
+                f"the change log spool {spool} does not reach LSN {lsn_to:X} after"
+                f" {READ_WAIT_S:.0f} s (is the source's replication connection down?)"
+            )
+        time.sleep(POLL_S)
+    names = sorted(p.name for p in spool.glob("*.txn"))
+    for name in names:
+        lsn = int(name.removesuffix(".txn"), 16)
+        if lsn_from < lsn <= lsn_to:
+            yield pickle.loads((spool / name).read_bytes())
+
+
+# ------------------------------------------------------------------ keyless tables' snapshots
+
+
+def save_snapshot(spool: Path, table: str, snapshot: str) -> None:
+    """The transaction snapshot (pg_current_snapshot()) a keyless table's rows were read in."""
+    spool.mkdir(parents=True, exist_ok=True)
+    write_atomic(spool / f"{table}.snapshot", snapshot.encode())
+
+
+def snapshots(spool: Path) -> dict[str, str]:
+    return {p.name.removesuffix(".snapshot"): p.read_text() for p in spool.glob("*.snapshot")}
+
+
+def visible(xid: int, snapshot: str) -> bool:
+    """Whether transaction `xid` (32 bits, as pgoutput gives it) committed before `snapshot`
+    ('xmin:xmax:xip,...') was taken, i.e. its rows were in what that snapshot read."""
+    xmin, xmax, xip = snapshot.split(":")
+    if _precedes(xid, int(xmin)):
+        return True
+    return _precedes(xid, int(xmax)) and str(xid) not in {
+        str(int(x) & 0xFFFFFFFF) for x in xip.split(",") if x
+    }
+
+
+def _precedes(a: int, b: int) -> bool:
+    """a < b among 32-bit transaction ids (modulo 2^32, as PostgreSQL compares them)."""
+    return ((a - (b & 0xFFFFFFFF)) & 0xFFFFFFFF) >= 0x80000000
+
+
+class Tailer:
+    """Follows the slot from `start` in a thread, spooling the captured tables' transactions."""
+
+    def __init__(self, cfg, spool: Path, start: int, captured: set[str], batch_rows: int):
+        self.cfg, self.spool, self.captured = cfg, spool, captured
+        self.limit = batch_rows
+        self.start = start
+        self.commits: list[int] = []  # spooled commit LSNs past the confirmed one, in order
+        self.rows: list[int] = []  # their captured row counts
+        self.pending = 0  # sum(rows)
+        self.seen = start  # every commit up to this LSN is spooled
+        self.confirmed = start
+        self.told = start  # the flush position last sent
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        spool.mkdir(parents=True, exist_ok=True)
+        self.thread = threading.Thread(target=self._run, name="pgoutput-tailer", daemon=True)
+        self.thread.start()
+
+    # ------------------------------------------------------------------ the source's side
+    def covers(self, start: int) -> bool:
+        return self.error is None and self.start <= start and self.thread.is_alive()
+
+    def window(self, start: int) -> Window:
+        """The next batch after `start`: whole transactions, about batch_rows rows."""
+        if self.error is not None:
+            raise self.error
+        with self.lock:
+            i = bisect_right(self.commits, start)
+            relevant, total = None, 0
+            while i < len(self.commits) and (relevant is None or total < self.limit):
+                relevant, total = self.commits[i], total + self.rows[i]
+                i += 1
+            full = i < len(self.commits)
+            return Window(relevant, self.seen if self.seen > start else None, full)
+
+    def confirm(self, lsn: int) -> None:
+        """Everything up to `lsn` is committed: the slot may advance, the files go."""
+        with self.lock:
+            if lsn <= self.confirmed:
+                return
+            self.confirmed = lsn
+            i = bisect_right(self.commits, lsn)
+            gone, self.commits = self.commits[:i], self.commits[i:]
+            self.pending -= sum(self.rows[:i])
+            self.rows = self.rows[i:]
+        for c in gone:
+            (self.spool / _name(c)).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        try:
+            with connect(self.cfg.connection, autocommit=True) as sql:
+                decoder = Decoder(type_names(sql))
+                self._follow(decoder, sql)
+        except BaseException as e:  # noqa: BLE001 (handed to the source's next call)
+            if not self.stopping.is_set():
+                self.error = ConnectQLError(f"postgres change log stream: {e}")
+
+    def _follow(self, decoder: Decoder, sql) -> None:
+        conn = replication_connection(self.cfg.connection)
+        try:
+            cur = conn.cursor()
+            self._start(cur)
+            self._loop(cur, decoder, sql)
+        finally:
+            conn.close()
+
+    def _start(self, cur) -> None:
+        """START_REPLICATION; while the connection of a process that died still holds the slot
+        (the server has not noticed yet), wait a little for it."""
+        import psycopg2.errors
+
+        deadline = time.monotonic() + IN_USE_WAIT_S
+        while True:
+            try:
+                cur.start_replication(
+                    slot_name=self.cfg.slot,
+                    decode=False,
+                    start_lsn=self.start,
+                    options={"proto_version": "1", "publication_names": self.cfg.slot},
+                )
+                return
+            except psycopg2.errors.ObjectInUse:
+                if time.monotonic() > deadline or self.stopping.is_set():
+                    raise
+                time.sleep(0.5)
+
+    def _loop(self, cur, decoder: Decoder, sql) -> None:
+        txn: list[Change] = []
+        begin: Begin | None = None
+        asked = pinged = time.monotonic()
+        while not self.stopping.is_set():
+            if self._ahead():
+                self._feedback(cur)
+                time.sleep(POLL_S)
+                continue
+            msg = cur.read_message()
+            if msg is None:
+                now = time.monotonic()
+                if now - pinged > PING_S:  # a silent stream: idle, or a server that hangs?
+                    self._ping(sql)
+                    pinged = now
+                if now - asked > ASK_EVERY_S:
+                    self._feedback(cur, reply=True)
+                    asked = now
+                if cur.wal_end and not txn and begin is None:
+                    self._covered(cur.wal_end)
+                select.select([cur], [], [], POLL_S)
+                continue
+            item = decoder.feed(msg.payload)
+            if isinstance(item, Begin):
+                begin, txn = item, []
+            elif isinstance(item, Change) and item.table in self.captured:
+                txn.append(item)
+            elif isinstance(item, Commit):
+                self._spool(item, begin, txn)
+                begin, txn = None, []
+            self._feedback(cur)
+
+    def _ping(self, sql) -> None:
+        """A query on the tailer's own connection, bounded by HEARD_S (or a shorter
+        read.timeout.ms): a server that does not answer fails the tailer, naming it."""
+        bound = sql.read_s
+        sql.read_s = min(bound or HEARD_S, HEARD_S)
+        try:
+            sql.execute("SELECT 1")
+        except Exception as e:
+            raise ConnectQLError(f"{e} (replication stream idle)") from None
+        finally:
+            sql.read_s = bound
+
+    def _feedback(self, cur, reply: bool = False) -> None:
+        """The confirmed LSN as the slot's flush position: sent at once when it moved (the
+        server may free WAL), else with psycopg2's periodic status."""
+        moved, self.told = self.confirmed > self.told, self.confirmed
+        cur.send_feedback(flush_lsn=self.confirmed, reply=reply, force=moved)
+
+    def _ahead(self) -> bool:
+        return self.pending > AHEAD_BATCHES * self.limit
+
+    def _spool(self, commit: Commit, begin: Begin | None, txn: list[Change]) -> None:
+        lsn = commit.end_lsn
+        if txn and lsn > self.confirmed:
+            body = (lsn, commit.ts_ms, begin.xid if begin else 0, txn)
+            write_atomic(self.spool / _name(lsn), pickle.dumps(body))
+            with self.lock:
+                self.commits.append(lsn)
+                self.rows.append(len(txn))
+                self.pending += len(txn)
+        self._covered(lsn)
+
+    def _covered(self, lsn: int) -> None:
+        if lsn > self.seen:
+            self.seen = lsn
+            write_atomic(self.spool / COVERED, str(lsn).encode())
+
+
+def replication_connection(cfg: dict):
+    """A psycopg2 logical replication connection, bounded like every other connection."""
+    import psycopg2
+    from psycopg2.extras import LogicalReplicationConnection
+
+    params = libpq_params(cfg, "connectql-cdc")
+    try:
+        return psycopg2.connect(**params, connection_factory=LogicalReplicationConnection)
+    except psycopg2.OperationalError as e:
+        raise connect_error(e, cfg) from None

@@ -1,0 +1,196 @@
+"""The worker's retention task: every few seconds, each stream's expired files leave its log
+and the disk (as its retention options say), and the stream's size and its sinks' progress
+are measured into the `streams` table."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from connectql.catalog.store import StreamEntry
+from connectql.catalog.streams import (
+    committed_entries,
+    prune_log,
+    remove_files,
+    sweep_orphans,
+)
+from connectql.connectors.options import duration_ms
+from connectql.runtime.retention import (
+    CHECK_INTERVAL_DEFAULT,
+    CHECK_INTERVAL_KEY,
+    DEFAULT_KEYS,
+    Decision,
+    Limits,
+    decide,
+    files_read,
+    local_path,
+)
+
+log = logging.getLogger("connectql.retention")
+
+# a sink counts as holding retention back (an event, the streams table) once it has held it
+# this long, or as long as the retention itself when that is shorter
+HOLD_GRACE_S = 30.0
+
+
+def effective_options(stream: StreamEntry, settings: dict[str, str]) -> dict[str, str | None]:
+    """The stream's retention options, the worker's defaults (SET stream.retention...) where the
+    stream sets none."""
+    own = stream.retention_options
+    return {k: own[k] or settings.get(DEFAULT_KEYS[k]) for k in own}
+
+
+def _time(ms: int | None) -> datetime | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).replace(tzinfo=None)
+
+
+class Retainer:
+    """A thread of the worker; `worker` provides catalog and checkpoint_of(name)."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        self._rows: dict[str, int] = {}  # file path -> records (files never change)
+        # (stream, sink) -> since when it holds retention back; those reported in an event
+        self._held_since: dict[tuple[str, str], float] = {}
+        self._reported: set[tuple[str, str]] = set()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="connectql-retention", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=60)
+
+    def _interval_s(self) -> float:
+        text = self.worker.catalog.settings().get(CHECK_INTERVAL_KEY, CHECK_INTERVAL_DEFAULT)
+        try:
+            return max(0.1, duration_ms(text) / 1000)
+        except ValueError:
+            return duration_ms(CHECK_INTERVAL_DEFAULT) / 1000
+
+    def _run(self) -> None:
+        while not self._closed.wait(self._interval_s()):
+            self.run_once()
+
+    def run_once(self) -> None:
+        """One pass over every stream; a stream that fails is logged and the others go on."""
+        cat = self.worker.catalog
+        settings = cat.settings()
+        for stream in cat.streams():
+            if self._closed.is_set():
+                return
+            try:
+                self._retain(stream, effective_options(stream, settings))
+            except Exception:  # e.g. dropped meanwhile; the next pass tries again
+                log.warning("retention of stream %s failed", stream.name, exc_info=True)
+
+    def _retain(self, stream: StreamEntry, options: dict) -> None:
+        cat = self.worker.catalog
+        entries = committed_entries(stream.path)
+        read_by = {s: files_read(self.worker.checkpoint_of(s)) for s in self._sinks(stream)}
+        limits = Limits.of(options)
+        d = decide(entries, limits, read_by) if limits.age_ms or limits.bytes else Decision()
+        if d.remove:
+            self._remove(stream, d)
+        self._report_held(stream.name, d, limits)
+        prune_log(stream.path)
+        sweep_orphans(stream.path)
+        gone = {e["path"] for e in d.remove}
+        kept = [e for e in entries if e["path"] not in gone]
+        cat.set_stream_stats(stream.name, self._stats(stream.name, kept, read_by))
+
+    def measure(self, stream: StreamEntry) -> dict:
+        """The stream's size and its sinks' progress now (what the `streams` table shows as of
+        the last pass), without removing anything."""
+        entries = committed_entries(stream.path)
+        read_by = {s: files_read(self.worker.checkpoint_of(s)) for s in self._sinks(stream)}
+        return self._stats(stream.name, entries, read_by)
+
+    def _sinks(self, stream: StreamEntry) -> list[str]:
+        cat = self.worker.catalog
+        return [e.name for e in cat.connectors() if e.kind == "sink" and stream.name in e.streams]
+
+    def _remove(self, stream: StreamEntry, d: Decision) -> None:
+        cat = self.worker.catalog
+        remove_files(stream.path, {e["path"] for e in d.remove})
+        for sink, files in d.lost.items():  # counted before the files go
+            rows = sum(self._records(e) for e in files)
+            cat.add_rows_lost(sink, rows)
+            cat.log_event(
+                sink,
+                cat.state_of(sink),
+                f"lost {rows} records ({len(files)} files) of stream {stream.name}:"
+                " retention removed them before this sink read them (retention.policy = 'drop')",
+            )
+        for e in d.remove:
+            path = local_path(e["path"])
+            Path(path).unlink(missing_ok=True)
+            self._rows.pop(path, None)
+        log.info("retention removed %d files from stream %s", len(d.remove), stream.name)
+
+    def _report_held(self, stream: str, d: Decision, limits: Limits) -> None:
+        """An event when a sink has held a stream's retention back for a while (a sink that
+        is only a batch behind does not count), and when it stops."""
+        cat, now = self.worker.catalog, time.monotonic()
+        grace = min(HOLD_GRACE_S, (limits.age_ms or HOLD_GRACE_S * 1000) / 1000)
+        for sink in list(self._held_since):
+            if sink[0] == stream and sink[1] not in d.held:
+                del self._held_since[sink]
+                if sink in self._reported and cat.has_connector(sink[1]):
+                    cat.log_event(
+                        sink[1],
+                        cat.state_of(sink[1]),
+                        f"no longer holds back retention of stream {stream}",
+                    )
+                self._reported.discard(sink)
+        for name, files in d.held.items():
+            since = self._held_since.setdefault((stream, name), now)
+            if (stream, name) in self._reported or now - since < grace:
+                continue
+            self._reported.add((stream, name))
+            cat.log_event(
+                name,
+                cat.state_of(name),
+                f"holds back retention of stream {stream}: {sum(map(self._records, files))}"
+                f" records ({len(files)} files) past retention are not read yet"
+                f" (retention.policy = '{limits.policy}')",
+            )
+
+    def holds(self, stream: str, sink: str) -> bool:
+        """Whether `sink` holds `stream`'s retention back (reported as such)."""
+        return (stream, sink) in self._reported
+
+    def _records(self, entry: dict) -> int:
+        path = local_path(entry["path"])
+        if path not in self._rows:
+            try:
+                self._rows[path] = pq.ParquetFile(path).metadata.num_rows
+            except OSError:  # gone from disk: nothing to count
+                return 0
+        return self._rows[path]
+
+    def _stats(self, stream: str, entries: list[dict], read_by: dict[str, set[str]]) -> dict:
+        times = [e["modificationTime"] for e in entries]
+        readers = {}
+        for sink, read in read_by.items():
+            unread = [e for e in entries if local_path(e["path"]) not in read]
+            readers[sink] = {
+                "records_behind": sum(self._records(e) for e in unread),
+                "files_behind": len(unread),
+                "holds_retention": (stream, sink) in self._reported,
+            }
+        return {
+            "records": sum(self._records(e) for e in entries),
+            "files": len(entries),
+            "bytes": sum(e["size"] for e in entries),
+            "oldest_record": _time(min(times, default=None)),
+            "newest_record": _time(max(times, default=None)),
+            "readers": readers,
+        }

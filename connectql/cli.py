@@ -236,7 +236,7 @@ def cmd_shell(args) -> int:
 
     backend = _backend(args)
     try:
-        return run_shell(backend, console)
+        return run_shell(backend, args.show)
     finally:
         backend.close()
 

@@ -43,14 +43,15 @@ KEYS = "End statements with ;  Tab completes, Ctrl-C clears the input, Ctrl-D or
 WORD_DELIMITERS = " \t\n(),=;"
 
 
-def run_shell(backend, console: Console) -> int:
-    """The prompt on a terminal, else the statements read from stdin; returns the exit code."""
+def run_shell(backend, show: Printer) -> int:
+    """The prompt on a terminal, else the statements read from stdin, each result printed by
+    `show` (the command's `--format`); returns the exit code."""
     signal.signal(signal.SIGTERM, _terminated)  # not the CLI's KeyboardInterrupt: that clears
     if isinstance(backend, Embedded):
         backend.worker  # noqa: B018 (a home held by another worker fails now, not at a prompt)
     if not sys.stdin.isatty():
-        return run_piped(backend, console, Console(stderr=True), sys.stdin)
-    return _interact(backend, console, history_file(backend))
+        return run_piped(backend, show, sys.stdin)
+    return _interact(backend, show, history_file(backend))
 
 
 def _terminated(signum, frame):
@@ -92,18 +93,18 @@ def is_exit(line: str) -> bool:
     return line.strip().rstrip(";").strip().lower() in EXITS
 
 
-def execute(backend, out: Console, errors: Console, text: str) -> bool:
+def execute(backend, show: Printer, text: str) -> bool:
     """Run `text` and print each result; on an error print it and return False."""
     try:
         for result in backend.run(text):
-            Printer("table", out, errors)(result)
+            show(result)
     except ConnectQLError as e:
-        return _error(errors, str(e))
+        return _error(show.err, str(e))
     except KeyboardInterrupt:
-        return _error(errors, "interrupted")
+        return _error(show.err, "interrupted")
     except Exception as e:  # a bug should not end the session: say it, log the traceback
         log.exception("statement failed: %s", recordable(text) or "(not shown: may hold a secret)")
-        return _error(errors, f"{type(e).__name__}: {e}")
+        return _error(show.err, f"{type(e).__name__}: {e}")
     return True
 
 
@@ -112,21 +113,21 @@ def _error(errors: Console, message: str) -> bool:
     return False
 
 
-def run_piped(backend, out: Console, errors: Console, lines: Iterable[str]) -> int:
+def run_piped(backend, show: Printer, lines: Iterable[str]) -> int:
     """Statements read from a pipe, each run once read; the first error stops with 1."""
     pending = Pending()
     for line in lines:
         if not pending.lines and is_exit(line):
             return 0
         text = pending.add(line.rstrip("\n"))
-        if text and not execute(backend, out, errors, text):
+        if text and not execute(backend, show, text):
             return 1
     rest = pending.rest()  # a last statement may lack its `;`
-    return 0 if not rest.strip() or execute(backend, out, errors, rest) else 1
+    return 0 if not rest.strip() or execute(backend, show, rest) else 1
 
 
-def _interact(backend, console: Console, history: Path) -> int:
-    pending, names = Pending(), Names(backend)
+def _interact(backend, show: Printer, history: Path) -> int:
+    pending, names, console = Pending(), Names(backend), show.console
     _setup_readline(Completer(names, pending), history)
     where = getattr(backend, "url", None) or f"{home_of(backend.home)} (worker in this process)"
     console.print(Text(f"connectql shell on {where}. {KEYS}", style="dim"))
@@ -145,7 +146,7 @@ def _interact(backend, console: Console, history: Path) -> int:
         text = pending.add(line)
         if text:
             _remember(text, history)
-            execute(backend, console, console, text)
+            execute(backend, show, text)
             names.forget()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -23,13 +24,13 @@ UP, CTRL_C = "\x1b[A", "\x03"
 class Shell:
     """A `connectql shell` process on a terminal 200 columns wide."""
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, fmt: str = "table"):
         env = {**os.environ, "TERM": "xterm", "HOME": str(home.parent), "PYTHONPATH": str(ROOT)}
         for name in ("COLUMNS", "LINES", "NO_COLOR", "CONNECTQL_HOME"):
             env.pop(name, None)
         self.child = pexpect.spawn(
             sys.executable,
-            ["-m", "connectql.cli", "--home", str(home), "shell"],
+            ["-m", "connectql.cli", "--home", str(home), "--format", fmt, "shell"],
             env=env,
             cwd=str(ROOT),
             encoding="utf-8",
@@ -176,3 +177,26 @@ def test_statements_piped_in_run_without_a_prompt(home):
     assert r.returncode == 1 and "error: line 1:" in r.stderr
     streams = shell("SHOW STREAMS").stdout  # the last statement may lack its ;
     assert "│ q " in streams and "│ r " not in streams
+
+
+def test_the_shell_prints_in_the_format_the_command_was_given(home):
+    """`connectql --format json|csv|vertical shell`: piped and at the prompt alike."""
+
+    def piped(fmt, text):
+        command = [sys.executable, "-m", "connectql.cli", "--home", str(home), "--format", fmt]
+        return subprocess.run(
+            [*command, "shell"], input=text, capture_output=True, text=True, cwd=ROOT
+        )
+
+    r = piped("json", "CREATE STREAM fj;\nSELECT name FROM streams;\n")
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.returncode == 0 and lines[-1] == [{"name": "fj"}]
+    assert "message" in lines[0]
+    r = piped("csv", "SELECT name FROM streams;\n")
+    assert r.returncode == 0 and r.stdout.splitlines() == ["name", "fj"]
+    shell = Shell(home, "vertical")
+    try:
+        shown = shell.run("SELECT name FROM streams;")
+        assert "-[ RECORD 1 ]-" in shown and re.search(r"name\s*\|\s*fj", shown)
+    finally:
+        assert shell.leave() == 0

@@ -35,6 +35,11 @@ def read_parquet_rows(path, sql: str = "SELECT count(*), count(DISTINCT id) FROM
     return con.execute(sql).fetchall()
 
 
+def lag_of(worker, name: str) -> int | None:
+    """The connector's `lag` in the connectors table."""
+    return worker.catalog.query("SELECT lag FROM connectors WHERE name = ?", [name])[1][0][0]
+
+
 def run(worker, sql: str):
     """Execute a script in `worker` and return the list of results."""
     return [result for _stmt, result in worker.run_script(sql)]

@@ -22,7 +22,7 @@ import pymysql
 import pytest
 
 from connectql.errors import ConnectQLError, PlanError
-from tests.helpers import read_parquet_rows, run, wait_until
+from tests.helpers import lag_of, read_parquet_rows, run, wait_until
 from tests.mariadbserver import create_database, mariadb_binlog  # noqa: F401 (fixture)
 from tests.pgserver import create_database as create_pg_database
 
@@ -207,6 +207,8 @@ def test_cdc_keeps_a_target_table_equal_under_concurrent_changes(worker, binlog_
     )
     assert {op for op, _n in ops} == {"r", "c", "u", "d"}
     assert state(worker, "src").state == "RUNNING" and state(worker, "dst").state == "RUNNING"
+    # caught up: the source's lag is the binlog bytes after its last batch; the sink's, records
+    wait_until(lambda: (lag_of(worker, "src") or 1e9) < 1_000_000, what="the binlog lag")
 
 
 TYPES = (
@@ -400,6 +402,39 @@ def test_incremental_and_bulk_on_a_server_without_a_binary_log(worker, plain_db)
         (100, Decimal("2525.00"))
     ]
     assert state(worker, "big").state == "FINISHED"
+
+
+def test_lag_counts_what_an_incremental_source_and_a_sink_have_not_read(worker, plain_db, tmp_path):
+    """An incremental source's lag is the rows after its last batch (500 rows, 200 a batch, one
+    batch every 2 s: 300, 100, 0); a sink's is the records of its stream not yet read."""
+    plain_db.sql("CREATE TABLE lg (id INT PRIMARY KEY, v INT)")
+    plain_db.sql("INSERT INTO lg SELECT seq, seq FROM seq_1_to_500")
+    run(
+        worker,
+        f"""
+        SET 'stream.retention.check.interval' = '1 s';
+        CREATE SOURCE CONNECTOR lagged FROM mysql INTO lg WITH ({plain_db.options()},
+          table = 'lg', mode = 'incremental', 'incrementing.column' = 'id',
+          'batch.rows' = 200, 'trigger.interval' = '2 seconds');
+        """,
+    )
+    seen = []
+
+    def lag_now():
+        lag = lag_of(worker, "lagged")
+        if lag is not None and (not seen or seen[-1] != lag):
+            seen.append(lag)
+        return seen and seen[-1] == 0
+
+    wait_until(lag_now, timeout=90, what="the source's lag down to 0")
+    assert seen[0] in (300, 100) and seen == sorted(seen, reverse=True), seen
+    run(worker, f"CREATE SINK CONNECTOR out TO file FROM lg WITH (path = '{tmp_path / 'out'}')")
+    wait_until(lambda: lag_of(worker, "out") == 0, timeout=90, what="the sink's lag at 0")
+    run(worker, "PAUSE CONNECTOR out")
+    plain_db.sql("INSERT INTO lg SELECT seq, seq FROM seq_501_to_520")
+    wait_until(lambda: lag_of(worker, "out") == 20, timeout=60, what="the paused sink's lag")
+    run(worker, "RESUME CONNECTOR out")
+    wait_until(lambda: lag_of(worker, "out") == 0, timeout=90, what="the sink's lag down to 0")
 
 
 # ------------------------------------------------------------------ bad input

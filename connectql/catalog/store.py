@@ -302,7 +302,7 @@ class Catalog:
                 "UPDATE connectors SET rows_total = rows_total + ?, rows_written = rows_written + ?,"
                 " rows_filtered = rows_filtered + ?, rows_dead_lettered = rows_dead_lettered + ?,"
                 " rows_per_sec = CASE WHEN state IN ? THEN ? ELSE 0 END, last_batch_at = ?,"
-                " lag = ? WHERE name = ?",
+                " lag = CASE WHEN kind = 'sink' THEN lag ELSE ? END WHERE name = ?",
                 [*counts, list(states.MOVING), p["processed_rows_per_sec"], p["started_at"]]
                 + [p.get("lag"), name],
             )
@@ -358,6 +358,12 @@ class Catalog:
                 now(),
                 name,
             ],
+        )
+
+    def set_sink_lag(self, name: str, records: int) -> None:
+        """A sink's lag: records of its streams it has not read (the retention pass counts)."""
+        self.execute(
+            "UPDATE connectors SET lag = ? WHERE name = ? AND kind = 'sink'", [records, name]
         )
 
     def add_rows_lost(self, name: str, rows: int) -> None:

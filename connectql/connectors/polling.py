@@ -83,6 +83,19 @@ def next_bound(
     return list(found[0]) if found else None
 
 
+def rows_after(
+    db: Db, src: Source, columns: Sequence[str], after: Sequence[str] | None, cap: int
+) -> int:
+    """How many rows follow `after` in the columns' order, counted up to `cap` (a source far
+    behind pays for at most `cap` rows of an index scan)."""
+    where, params = range_where(db, columns, after, None)
+    found = db.rows(
+        f"SELECT count(*) FROM (SELECT 1 AS one FROM {src.relation}{where} LIMIT {int(cap)}) c",
+        params,
+    )
+    return int(found[0][0])
+
+
 def last_key(db: Db, src: Source, columns: Sequence[str]) -> list[str] | None:
     """The largest value of the ordering columns (as text); None for an empty table."""
     return _edge(db, src, columns, _desc(db, columns))

@@ -21,6 +21,9 @@ from connectql.connectors.changerows import arrow_schema
 from connectql.connectors.dbsink import META_COLUMNS
 from connectql.connectors.options import from_spark_options, to_spark_options
 
+LAG_EVERY_S = 1.0  # how often reportLatestOffset asks the database how far behind it is
+LAG_ROWS_CAP = 1_000_000  # an incremental source's lag is counted up to this many rows
+
 CDC_COLUMNS = (
     ("__op", "STRING"),
     ("__ts_ms", "BIGINT"),
@@ -134,6 +137,9 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._beat_at = time.monotonic()
         self._conn = None
         self._metas: dict[str | None, Table] = {}
+        self._planned: dict | None = None  # the end of the batch last planned
+        self._lag: int | None = None
+        self._lag_at = 0.0
 
     # ---------------------------------------------------------------- what a database supplies
     def connect(self):
@@ -186,6 +192,10 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def log_order(self, position):
         """A sortable form of a position."""
         return position
+
+    def log_behind(self, conn, position) -> int | None:
+        """Bytes of change log the server has written after `position` (None: unknown)."""
+        return None
 
     def with_snapshot_columns(self, batch: pa.RecordBatch, table, position) -> pa.RecordBatch:
         raise NotImplementedError
@@ -259,6 +269,37 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.target = self.log_now(self._connection())
 
     def latestOffset(self, start: dict, limit=None) -> dict:  # noqa: N802
+        self._planned = self._latest(start)
+        return self._planned
+
+    def reportLatestOffset(self) -> dict | None:  # noqa: N802
+        """{"lag": n}: how far the source is behind the end of the batch last planned (the
+        engine shows n as the connector's lag), asked of the database at most every LAG_EVERY_S;
+        None where the source cannot say."""
+        now = time.monotonic()
+        if self._planned is not None and now - self._lag_at >= LAG_EVERY_S:
+            self._lag_at = now
+            try:
+                self._lag = self._lag_after(self._planned)
+            except Exception:  # advisory: a failed count must not fail the batch
+                self._lag = None
+        return None if self._lag is None else {"lag": self._lag}
+
+    def _lag_after(self, end: dict) -> int | None:
+        """cdc following the log: bytes of log not yet read; incremental: rows not yet read
+        (counted up to LAG_ROWS_CAP); a snapshot or a bulk run: None (progress shows it)."""
+        if self.cfg.mode == "bulk" or end.get("phase") == "snapshot":
+            return None
+        if self.cdc:
+            return self.log_behind(self._connection(), end[self.LOG_KEY])
+        after = end["after"] if self.multi else {self.tables[0]: end["after"]}
+        ordering = self.cfg.ordering
+        return sum(
+            polling.rows_after(self._db(t), self._src(t), ordering, a, LAG_ROWS_CAP)
+            for t, a in after.items()
+        )
+
+    def _latest(self, start: dict) -> dict:
         if self.cfg.mode == "bulk":
             return self._next_run(start)
         if not self.cdc:

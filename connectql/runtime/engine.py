@@ -33,11 +33,15 @@ STOP_WAIT_S = 5.0  # a stop (PAUSE, DROP, shutdown) waits no longer for a query 
 
 
 def lag(end: str | None, latest: str | None, field: str | None) -> int | None:
-    """latest[field] - end[field] when the source reports its latest offset."""
-    if not (end and latest and field):
-        return None
+    """A source's own count when it reports {"lag": n} as its latest offset, else
+    latest[field] - end[field]."""
     try:
-        return max(0, int(json.loads(latest)[field]) - int(json.loads(end)[field]))
+        reported = json.loads(latest) if latest else None
+        if isinstance(reported, dict) and "lag" in reported:
+            return max(0, int(reported["lag"]))
+        if not (end and field and reported):
+            return None
+        return max(0, int(reported[field]) - int(json.loads(end)[field]))
     except (ValueError, KeyError, TypeError):
         return None
 

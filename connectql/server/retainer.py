@@ -83,15 +83,22 @@ class Retainer:
         """One pass over every stream; a stream that fails is logged and the others go on."""
         cat = self.worker.catalog
         settings = cat.settings()
+        behind: dict[str, int] = {}  # sink -> records of its streams it has not read
         for stream in cat.streams():
             if self._closed.is_set():
                 return
             try:
-                self._retain(stream, effective_options(stream, settings))
+                readers = self._retain(stream, effective_options(stream, settings))
             except Exception:  # e.g. dropped meanwhile; the next pass tries again
                 log.warning("retention of stream %s failed", stream.name, exc_info=True)
+                continue
+            for sink, r in readers.items():
+                behind[sink] = behind.get(sink, 0) + r["records_behind"]
+        for sink, records in behind.items():
+            cat.set_sink_lag(sink, records)
 
-    def _retain(self, stream: StreamEntry, options: dict) -> None:
+    def _retain(self, stream: StreamEntry, options: dict) -> dict:
+        """Remove what the stream's retention expires; its sinks' progress (records_behind)."""
         cat = self.worker.catalog
         entries = committed_entries(stream.path)
         read_by = {s: files_read(self.worker.checkpoint_of(s)) for s in self._sinks(stream)}
@@ -104,7 +111,9 @@ class Retainer:
         sweep_orphans(stream.path)
         gone = {e["path"] for e in d.remove}
         kept = [e for e in entries if e["path"] not in gone]
-        cat.set_stream_stats(stream.name, self._stats(stream.name, kept, read_by))
+        stats = self._stats(stream.name, kept, read_by)
+        cat.set_stream_stats(stream.name, stats)
+        return stats["readers"]
 
     def measure(self, stream: StreamEntry) -> dict:
         """The stream's size and its sinks' progress now (what the `streams` table shows as of

@@ -77,6 +77,16 @@ def text_pos(p: dict, seq: int) -> str:
     return f"{index:08d}-{pos:012d}-{seq:08d}"
 
 
+def bytes_behind(conn, p: dict) -> int:
+    """Bytes of binary log the server has written after position `p` (SHOW BINARY LOGS)."""
+    index, pos = order(p)
+    behind = 0
+    for row in query(conn, "SHOW BINARY LOGS"):
+        number, size = order(position(_s(row[0]), 0))[0], int(row[1])
+        behind += size - pos if number == index else size if number > index else 0
+    return max(0, behind)
+
+
 def current(conn) -> dict:
     """The server's binlog position now (a transaction boundary)."""
     for sql in ("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS"):

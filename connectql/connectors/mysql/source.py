@@ -59,6 +59,9 @@ class MysqlStreamReader(TableStreamReader):
     def log_now(self, conn) -> dict:
         return binlog.current(conn)
 
+    def log_behind(self, conn, position: dict) -> int:
+        return binlog.bytes_behind(conn, position)
+
     def log_scan(self, conn, start: dict, target: dict | None) -> Window:
         if target is not None:  # available-now: walk to the target now, not as a tailer goes
             if self._scanner is None:

@@ -77,6 +77,9 @@ class PostgresStreamReader(TableStreamReader):
             return cdc.current_lsn(conn)
         return self._tailer.seen
 
+    def log_behind(self, conn, position: int) -> int:
+        return max(0, cdc.current_lsn(conn) - position)
+
     def _captured(self) -> set[str]:
         return {cdc.decoded_name(self.cfg.schema, t) for t in self.tables}
 

@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.servers import PrivateServer, shared
@@ -185,3 +186,20 @@ def pg_logical():
 def pg_shared():
     """The shared PostgreSQL at 127.0.0.1:5432."""
     return SharedPostgres()
+
+
+@pytest.fixture
+def pg_own():
+    """A private PostgreSQL of one test's own, which the test may stop, halt or restart."""
+    server = PrivatePostgres().start()
+    yield server
+    server.stop()
+
+
+def pg_sql(info: str, statement: str):
+    """Run one statement on its own autocommit connection (synchronous commit: logical decoding
+    sees flushed WAL only); its rows, or None."""
+    with psycopg.connect(info, autocommit=True, connect_timeout=10) as c:
+        c.execute("SET synchronous_commit = on")
+        cur = c.execute(statement)
+        return cur.fetchall() if cur.description else None

@@ -4,29 +4,14 @@ to the source with no change applied twice."""
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 
 from tests.helpers import read_parquet_rows, run, wait_until
-from tests.pgserver import PrivatePostgres, create_database
+from tests.pgserver import create_database, pg_sql
 
 pytestmark = pytest.mark.spark
 
 CHECKSUM = "SELECT count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY id), '')) FROM items t"
-
-
-@pytest.fixture
-def server():
-    pg = PrivatePostgres().start()  # its own server: this test stops it
-    yield pg
-    pg.stop()
-
-
-def sql(info: str, statement: str):
-    with psycopg.connect(info, autocommit=True) as c:
-        c.execute("SET synchronous_commit = on")
-        cur = c.execute(statement)
-        return cur.fetchall() if cur.description else None
 
 
 def states(worker, name: str) -> list[str]:
@@ -36,12 +21,12 @@ def states(worker, name: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def test_connectors_restart_through_a_database_outage_without_loss(worker, server):
-    src = create_database(server.conninfo(), "src")
-    dst = create_database(server.conninfo(), "dst")
-    sql(src, "CREATE TABLE items (id int PRIMARY KEY, qty int)")
-    sql(src, "INSERT INTO items SELECT g, g FROM generate_series(1, 500) g")
-    conn = f"host = '127.0.0.1', port = {server.port}, user = 'postgres'"
+def test_connectors_restart_through_a_database_outage_without_loss(worker, pg_own):
+    src = create_database(pg_own.conninfo(), "src")
+    dst = create_database(pg_own.conninfo(), "dst")
+    pg_sql(src, "CREATE TABLE items (id int PRIMARY KEY, qty int)")
+    pg_sql(src, "INSERT INTO items SELECT g, g FROM generate_series(1, 500) g")
+    conn = f"host = '127.0.0.1', port = {pg_own.port}, user = 'postgres'"
     retry = "'errors.retry.backoff.ms' = 300, 'errors.retry.max' = 50"
     run(
         worker,
@@ -52,20 +37,20 @@ def test_connectors_restart_through_a_database_outage_without_loss(worker, serve
           table = 'items', {retry});
         """,
     )
-    same = lambda: sql(dst, CHECKSUM) == sql(src, CHECKSUM)  # noqa: E731
+    same = lambda: pg_sql(dst, CHECKSUM) == pg_sql(src, CHECKSUM)  # noqa: E731
     wait_until(same, 120, what="the first copy")
 
-    server.halt()
+    pg_own.halt()
     wait_until(
         lambda: worker.catalog.get_connector("src").state == "RESTARTING", 60, what="RESTARTING"
     )
     error = worker.catalog.get_connector("src").last_error
     assert "127.0.0.1" in error or "connect" in error.lower(), error
-    server.resume()
+    pg_own.resume()
 
-    sql(src, "INSERT INTO items SELECT g, g FROM generate_series(501, 700) g")
-    sql(src, "UPDATE items SET qty = qty * 10 WHERE id % 7 = 0")
-    sql(src, "DELETE FROM items WHERE id % 11 = 0")
+    pg_sql(src, "INSERT INTO items SELECT g, g FROM generate_series(501, 700) g")
+    pg_sql(src, "UPDATE items SET qty = qty * 10 WHERE id % 7 = 0")
+    pg_sql(src, "DELETE FROM items WHERE id % 11 = 0")
     wait_until(same, 180, what="target equal to source after the outage")
     for name in ("src", "dst"):
         wait_until(

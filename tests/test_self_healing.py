@@ -18,7 +18,7 @@ import pytest
 from tests.helpers import read_parquet_rows, run, wait_until
 from tests.mariadbserver import PrivateMariaDB
 from tests.mariadbserver import create_database as create_mariadb
-from tests.pgserver import PrivatePostgres, create_database
+from tests.pgserver import create_database, pg_sql
 
 pytestmark = pytest.mark.spark
 
@@ -109,19 +109,6 @@ def no_change_twice(worker, stream: str) -> None:
     assert dupes == [(0,)], dupes
 
 
-@pytest.fixture
-def pg():
-    server = PrivatePostgres().start()  # its own server: these tests restart it
-    yield server
-    server.stop()
-
-
-def pg_sql(info: str, statement: str):
-    with psycopg.connect(info, autocommit=True, connect_timeout=10) as c:
-        cur = c.execute(statement)
-        return cur.fetchall() if cur.description else None
-
-
 def pg_pipeline(worker, server) -> tuple[str, str]:
     src = create_database(server.conninfo(), "src")
     dst = create_database(server.conninfo(), "dst")
@@ -165,12 +152,12 @@ def heal(worker, faulted: str, fault, same, stream: str, churn: Churn) -> None:
     no_change_twice(worker, stream)
 
 
-def test_postgres_restart_under_changes(worker, pg):
-    src, dst = pg_pipeline(worker, pg)
+def test_postgres_restart_under_changes(worker, pg_own):
+    src, dst = pg_pipeline(worker, pg_own)
 
     def restart():
-        pg.halt(graceful=True)  # pg_ctl stop -m fast, then start on the same port
-        pg.resume()
+        pg_own.halt(graceful=True)  # pg_ctl stop -m fast, then start on the same port
+        pg_own.resume()
 
     churn = Churn(lambda: psycopg.connect(src, autocommit=True, connect_timeout=5))
     heal(
@@ -178,12 +165,12 @@ def test_postgres_restart_under_changes(worker, pg):
     )
 
 
-def test_postgres_connections_terminated_under_changes(worker, pg):
-    src, dst = pg_pipeline(worker, pg)
+def test_postgres_connections_terminated_under_changes(worker, pg_own):
+    src, dst = pg_pipeline(worker, pg_own)
 
     def terminate():
         killed = pg_sql(
-            pg.conninfo(),
+            pg_own.conninfo(),
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
             " WHERE pid <> pg_backend_pid() AND backend_type IN ('client backend', 'walsender')",
         )
@@ -200,21 +187,21 @@ def test_postgres_connections_terminated_under_changes(worker, pg):
     )
 
 
-def test_mariadb_restart_under_changes(worker, pg):
+def test_mariadb_restart_under_changes(worker, pg_own):
     maria = PrivateMariaDB().start()  # its own server: this test stops it
     try:
         create_mariadb(maria, "shop")
         with maria.connect("shop") as c, c.cursor() as cur:
             cur.execute("CREATE TABLE items (id int PRIMARY KEY, qty int, note varchar(8))")
             cur.execute("INSERT INTO items SELECT seq, seq % 100, 'r' FROM seq_1_to_500")
-        dst = create_database(pg.conninfo(), "dst")
+        dst = create_database(pg_own.conninfo(), "dst")
         run(
             worker,
             f"""
             CREATE SOURCE CONNECTOR src FROM mysql INTO items_s WITH (host = '127.0.0.1',
               port = {maria.port}, user = 'root', database = 'shop', table = 'items', {RETRY});
             CREATE SINK CONNECTOR dst TO postgres FROM items_s WITH (host = '127.0.0.1',
-              port = {pg.port}, user = 'postgres', database = 'dst', table = 'items', {RETRY});
+              port = {pg_own.port}, user = 'postgres', database = 'dst', table = 'items', {RETRY});
             """,
         )
 
@@ -237,22 +224,22 @@ def test_mariadb_restart_under_changes(worker, pg):
         maria.stop()
 
 
-def test_failed_after_its_retries_and_restart_starts_it_again(worker, pg):
-    src = create_database(pg.conninfo(), "src")
+def test_failed_after_its_retries_and_restart_starts_it_again(worker, pg_own):
+    src = create_database(pg_own.conninfo(), "src")
     pg_sql(src, "CREATE TABLE items (id int PRIMARY KEY, qty int)")
     pg_sql(src, "INSERT INTO items SELECT g, g FROM generate_series(1, 50) g")
     run(
         worker,
         f"""CREATE SOURCE CONNECTOR src FROM postgres INTO few WITH (host = '127.0.0.1',
-          port = {pg.port}, user = 'postgres', database = 'src', table = 'items',
+          port = {pg_own.port}, user = 'postgres', database = 'src', table = 'items',
           'errors.retry.backoff.ms' = 100, 'errors.retry.max' = 2)""",
     )
     wait_until(lambda: read_parquet_rows(worker.home / "streams/few") == [(50, 50)], 90)
-    pg.halt()
+    pg_own.halt()
     wait_until(lambda: worker.catalog.get_connector("src").state == "FAILED", 90, what="FAILED")
     assert [s for s, _e in events_of(worker, "src")].count("RESTARTING") == 2
     assert worker.catalog.get_connector("src").last_error
-    pg.resume()
+    pg_own.resume()
     pg_sql(src, "INSERT INTO items VALUES (51, 51)")
     run(worker, "RESTART CONNECTOR src")
     wait_until(lambda: running(worker, "src"), 90, what="RUNNING after RESTART")

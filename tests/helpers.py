@@ -40,6 +40,12 @@ def lag_of(worker, name: str) -> int | None:
     return worker.catalog.query("SELECT lag FROM connectors WHERE name = ?", [name])[1][0][0]
 
 
+def lag_below(worker, name: str, limit: int) -> bool:
+    """Whether the connector's lag is known and under `limit`."""
+    lag = lag_of(worker, name)
+    return lag is not None and 0 <= lag < limit
+
+
 def run(worker, sql: str):
     """Execute a script in `worker` and return the list of results."""
     return [result for _stmt, result in worker.run_script(sql)]

@@ -12,7 +12,7 @@ import pytest
 
 from connectql.errors import ConnectQLError, PlanError
 from tests.helpers import (
-    lag_of,
+    lag_below,
     read_parquet_rows,
     replay_last_batch,
     run,
@@ -387,7 +387,7 @@ def test_cdc_round_trip_with_changes_during_and_after_the_snapshot(worker, pg_lo
     assert dupes == [(0,)]
     # caught up: the source's lag is the WAL bytes after its last batch (the server's other
     # writes, the target's included, count until the next batch or heartbeat)
-    wait_until(lambda: (lag_of(worker, "src") or 1e12) < 16 << 20, what="the WAL lag")
+    wait_until(lambda: lag_below(worker, "src", 16 << 20), what="the WAL lag")
     result = run(worker, "DROP CONNECTOR src")[0]
     assert "dropped replication slot connectql_src" in result.message
     assert sql(pg_logical.conninfo(), "SELECT count(*) FROM pg_replication_slots") == [(0,)]

@@ -9,7 +9,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
@@ -17,14 +16,9 @@ from connectql.connectors.changerows import DEAD_LETTERS
 from connectql.connectors.multitable import TABLE_COLUMN, select_table
 from connectql.runtime.errors import short_error
 from connectql.runtime.streamwriter import Output
+from connectql.toolkit.envelope import DEADLETTER_ARROW, DEADLETTER_DDL  # noqa: F401
+from connectql.toolkit.envelope import DEADLETTER_TEXT_COLUMNS as TEXT_COLUMNS  # noqa: F401
 
-# the columns of every dead-letter stream: these text columns, then `time`
-TEXT_COLUMNS = ("connector", "stage", "source_offset", "error_class", "error_message", "raw_record")
-DEADLETTER_DDL = ", ".join(f"`{c}` STRING" for c in TEXT_COLUMNS) + ", `time` TIMESTAMP"
-# the same as Arrow, for writers that are not Spark queries (a database sink's commit)
-DEADLETTER_ARROW = pa.schema(
-    [(c, pa.string()) for c in TEXT_COLUMNS] + [("time", pa.timestamp("us", tz="UTC"))]
-)
 FILE_COLUMN = "__connectql_file"
 
 

@@ -1,0 +1,1 @@
+"""The public connector API: placeholder while the toolkit is built."""

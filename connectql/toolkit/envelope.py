@@ -13,6 +13,8 @@ UNCHANGED = "__unchanged"  # columns an update left out (their values are not in
 META_COLUMNS = (OP, TS_MS, POS, SOURCE, UNCHANGED)
 
 TABLE_COLUMN = "__table"  # which table a row of a several-table source comes from
+# a toolkit source's record that did not parse: JSON with the dead-letter text columns
+DEAD_LETTER_COLUMN = "__dead_letter"
 
 # the columns of every dead-letter stream: these text columns, then `time`
 DEADLETTER_TEXT_COLUMNS = (

@@ -15,9 +15,11 @@ ALIASES = {"mariadb": "mysql", "postgresql": "postgres"}
 
 @cache
 def plugins() -> dict[str, Plugin]:
-    from connectql.connectors import datagen, files, mysql, postgres
+    from connectql.connectors import datagen, files, mysql, postgres, s3
 
-    found = {p.type: p for p in (datagen.PLUGIN, files.PLUGIN, postgres.PLUGIN, mysql.PLUGIN)}
+    found = {
+        p.type: p for p in (datagen.PLUGIN, files.PLUGIN, postgres.PLUGIN, mysql.PLUGIN, s3.PLUGIN)
+    }
     for name, doc in NOT_INSTALLED.items():
         found.setdefault(name, Plugin(type=name, doc=doc, installed=False))
     return found

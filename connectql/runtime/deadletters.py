@@ -115,7 +115,7 @@ def _dead_letters(df, plan):
     return df.where(F.col(col).isNotNull()).select(
         F.lit(plan.connector).alias("connector"),
         F.lit("read").alias("stage"),
-        F.to_json(F.struct(F.col(FILE_COLUMN).alias("file"))).alias("source_offset"),
+        _record_offset(df).alias("source_offset"),
         F.lit("MALFORMED_RECORD").alias("error_class"),
         F.lit(
             f"the {plan.reader.format} record does not fit the schema ({plan.reader.schema})"
@@ -123,3 +123,11 @@ def _dead_letters(df, plan):
         F.col(col).alias("raw_record"),
         F.current_timestamp().alias("time"),
     )
+
+
+def _record_offset(df):
+    """Where a bad record came from: the source's own `__source` coordinates (e.g. an object's
+    key and record number) when it has them, else the file Spark read it from."""
+    if "__source" in df.columns:
+        return F.col("__source")
+    return F.to_json(F.struct(F.col(FILE_COLUMN).alias("file")))

@@ -68,8 +68,9 @@ def python_data_sources():
     from connectql.connectors.datagen import DatagenDataSource
     from connectql.connectors.mysql.datasource import MysqlDataSource
     from connectql.connectors.postgres.datasource import PostgresDataSource
+    from connectql.connectors.s3 import S3DataSource
 
-    return [DatagenDataSource, PostgresDataSource, MysqlDataSource]
+    return [DatagenDataSource, PostgresDataSource, MysqlDataSource, S3DataSource]
 
 
 def logging_settings(log_dir) -> dict[str, str]:

@@ -262,8 +262,35 @@ def chunks(handle, fmt: Format, schema: pa.Schema, start: int, end: int) -> Iter
     return _text_chunks(handle, fmt, schema, start, end)
 
 
-def with_source(chunk: Chunk, bucket: str, key: str) -> pa.RecordBatch:
-    """The chunk's good rows with `__source`: JSON of bucket, key and record number."""
+def sources(numbers: pa.Array, bucket: str, key: str) -> pa.Array:
+    """`__source` of these records: JSON of bucket, key and record number."""
     head = json.dumps({"bucket": bucket, "key": key})[:-1] + ', "record": '
-    text = pc.binary_join_element_wise(head, pc.cast(chunk.numbers, pa.string()), "}", "")
-    return chunk.batch.append_column("__source", text.cast(pa.string()))
+    text = pc.binary_join_element_wise(head, pc.cast(numbers, pa.string()), "}", "")
+    return text.cast(pa.string())
+
+
+def with_source(chunk: Chunk, bucket: str, key: str) -> pa.RecordBatch:
+    """The chunk's good rows with `__source`."""
+    return chunk.batch.append_column("__source", sources(chunk.numbers, bucket, key))
+
+
+INFER_RECORDS = 1000  # records of the first object a schema is inferred from
+
+
+def infer(handle, fmt: Format) -> pa.Schema:
+    """The Arrow schema of the opened object's first records."""
+    if fmt.name == "parquet":
+        return pq.ParquetFile(handle).schema_arrow
+    if fmt.name == "avro":
+        rows = [r for _, r in zip(range(INFER_RECORDS), fastavro.reader(handle), strict=False)]
+        return pa.Table.from_pylist(rows).schema
+    blocks = _numbered(handle, fmt.name == "csv" and fmt.header)
+    lines, _, header = next(blocks, ([], [], None))
+    body = b"\n".join(lines[:INFER_RECORDS])
+    if fmt.name == "jsonl":
+        return pajson.read_json(io.BytesIO(body)).schema
+    names = None if header is not None else [f"c{i}" for i in range(body.count(b",") + 1)]
+    text = body if header is None else header + b"\n" + body
+    options = pacsv.ReadOptions(column_names=names)
+    parse = pacsv.ParseOptions(delimiter=fmt.delimiter)
+    return pacsv.read_csv(io.BytesIO(text), read_options=options, parse_options=parse).schema

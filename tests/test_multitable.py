@@ -198,9 +198,8 @@ def test_postgres_cdc_of_a_keyed_and_a_keyless_table(worker, pg_logical, cdc_dbs
     # b has no key: each of its rows arrives once, by its snapshot or as a change (the
     # snapshot's transaction decides), never both
     wait_until(
-        lambda: (
-            stream_rows(worker, "pg_b", "SELECT count(*), count(DISTINCT n) FROM t") == [(302, 302)]
-        ),
+        lambda: stream_rows(worker, "pg_b", "SELECT count(*), count(DISTINCT n) FROM t")
+        == [(302, 302)],
         timeout=60,
         what="b's rows, each once",
         diagnose=lambda: (

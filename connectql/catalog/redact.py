@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectql.connectors.options import is_reference, is_secret_key
+from connectql.config import is_reference, is_secret_key
 from connectql.grammar import ast
 
 MASK = "****"

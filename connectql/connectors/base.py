@@ -77,6 +77,8 @@ class Plugin:
     delivery: str = ""  # what a sink promises: 'exactly-once' or 'at-least-once'
     installed: bool = True
     aliases: tuple[str, ...] = ()
+    origin: str = "built-in"  # or the package that provides it: 'name version'
+    problem: str | None = None  # why a plugin that was found cannot be used (installed=False)
 
     @property
     def kinds(self) -> tuple[str, ...]:

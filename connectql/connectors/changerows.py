@@ -13,8 +13,8 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from connectql.connectors.dbsink import META_COLUMNS
 from connectql.errors import SchemaChanged, SchemaEvolved
+from connectql.toolkit.envelope import META_COLUMNS
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

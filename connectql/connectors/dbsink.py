@@ -21,11 +21,8 @@ from connectql.connectors.base import WriterSpec
 from connectql.connectors.bounds import check_bounds, endpoint
 from connectql.connectors.options import Option, from_spark_options, to_spark_options
 from connectql.errors import PlanError
+from connectql.toolkit.envelope import DEADLETTER_ARROW, META_COLUMNS, UNCHANGED  # noqa: F401
 
-# change-data columns (DESIGN.md); __unchanged (PostgreSQL sources): a JSON list of the columns an
-# update left unchanged without sending their values (TOAST), whose values a merge keeps
-META_COLUMNS = ("__op", "__ts_ms", "__pos", "__source", "__unchanged")
-UNCHANGED = "__unchanged"
 SEQ_COLUMN = "__cq_seq"  # a staged row's place in the batch: partition << 40 | row number
 PROGRESS_TABLE = "connectql_sink_progress"
 
@@ -272,7 +269,6 @@ def isolate(
 def dead_letters(s: SinkSettings, batch_id: int, rejected, describe) -> pa.Table:
     """Rows of the dead-letter stream for a batch's rejected rows; describe(error) gives its
     (class, one-line message)."""
-    from connectql.runtime.deadletters import DEADLETTER_ARROW
 
     now = datetime.now(timezone.utc)
     rows = []

@@ -27,9 +27,7 @@ def option_table(options, skip=()) -> str:
 
 def markdown() -> str:
     parts = ["### Options every connector has", "", option_table(SOURCE_COMMON), ""]
-    for plugin in registry.plugins().values():
-        if not plugin.installed:
-            continue
+    for plugin in registry.builtins():  # not the plugins of whatever packages are installed
         for kind in plugin.kinds:
             options = plugin.options_for(kind)
             # a common option declared otherwise for this kind (a sink's tasks.max) is shown

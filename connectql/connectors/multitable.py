@@ -9,10 +9,9 @@ import fnmatch
 import pyarrow as pa
 from pyspark.sql.types import StringType, StructField, StructType
 
-from connectql.connectors.dbsink import META_COLUMNS
 from connectql.errors import PlanError
+from connectql.toolkit.envelope import META_COLUMNS, TABLE_COLUMN
 
-TABLE_COLUMN = "__table"
 SEP = "/"
 
 

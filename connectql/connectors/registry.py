@@ -1,28 +1,107 @@
-"""Every connector type connectql knows, installed or not, looked up by type name or alias."""
+"""Every connector type connectql knows: the built-ins and the plugins that installed packages
+declare in the entry-point group `connectql.connectors`, looked up by type name or alias.
+
+A plugin that cannot be used (it fails to import, names no Connector, or takes a type name that
+is already taken) is listed with why, and is never fatal: everything else keeps working."""
 
 from __future__ import annotations
 
+import importlib
 from functools import cache
+from importlib.metadata import EntryPoint, entry_points
 
+from connectql.config import suggest
 from connectql.connectors.base import Plugin
-from connectql.connectors.options import suggest
 from connectql.errors import PlanError
 
+GROUP = "connectql.connectors"
 # Types the language accepts today that later work will build (planning rejects them clearly).
 NOT_INSTALLED: dict[str, str] = {}
 ALIASES = {"mariadb": "mysql", "postgresql": "postgres"}
+# built-in connectors on the toolkit, as "module:OBJECT" naming a connectql.toolkit.Connector
+TOOLKIT_BUILTINS: tuple[str, ...] = ("connectql.connectors.s3:CONNECTOR",)
+
+
+def plugins() -> dict[str, Plugin]:
+    """Every usable or known type by name (a plugin refused for its name is in refused())."""
+    return _found()[0]
+
+
+def refused() -> list[Plugin]:
+    """Plugins found but not listed under their type: their name was taken already."""
+    return _found()[1]
+
+
+def listing() -> list[Plugin]:
+    """Every plugin to show (SHOW CONNECTOR PLUGINS), by type."""
+    return sorted([*plugins().values(), *refused()], key=lambda p: (p.type, p.origin))
+
+
+def builtins() -> list[Plugin]:
+    """The installed plugins connectql itself ships (the README documents these)."""
+    return [p for p in plugins().values() if p.installed and p.origin == "built-in"]
 
 
 @cache
-def plugins() -> dict[str, Plugin]:
-    from connectql.connectors import datagen, files, mysql, postgres, s3
+def _found() -> tuple[dict[str, Plugin], list[Plugin]]:
+    from connectql.connectors import datagen, files, mysql, postgres
+    from connectql.connectors.adapter import plugin_of
 
-    found = {
-        p.type: p for p in (datagen.PLUGIN, files.PLUGIN, postgres.PLUGIN, mysql.PLUGIN, s3.PLUGIN)
-    }
+    found = {p.type: p for p in (datagen.PLUGIN, files.PLUGIN, postgres.PLUGIN, mysql.PLUGIN)}
+    for spec in TOOLKIT_BUILTINS:
+        plugin = plugin_of(_load(spec))
+        found[plugin.type] = plugin
+    refused: list[Plugin] = []
+    for ep in sorted(entry_points(group=GROUP), key=lambda e: (e.name, _origin(e))):
+        plugin = _from_entry_point(ep)
+        taken = found.get(plugin.type) or found.get(ALIASES.get(plugin.type, ""))
+        if taken is not None:
+            why = f"the type name '{plugin.type}' is taken by {taken.origin}; this one is ignored"
+            refused.append(_broken(plugin.type, plugin.origin, why, plugin.doc))
+        else:
+            found[plugin.type] = plugin
     for name, doc in NOT_INSTALLED.items():
         found.setdefault(name, Plugin(type=name, doc=doc, installed=False))
-    return found
+    return found, refused
+
+
+def _load(spec: str):
+    module, _, attr = spec.partition(":")
+    value = importlib.import_module(module)
+    for part in attr.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _origin(ep: EntryPoint) -> str:
+    dist = ep.dist
+    return f"{dist.name} {dist.version}" if dist is not None else f"module {ep.module}"
+
+
+def _from_entry_point(ep: EntryPoint) -> Plugin:
+    """The plugin an entry point names, or a broken one that says what is wrong with it."""
+    from connectql.connectors.adapter import plugin_of
+    from connectql.toolkit.connector import Connector
+
+    origin, name = _origin(ep), ep.name.lower()
+    try:
+        value = ep.load()
+    except Exception as e:  # any failure of someone else's import: listed, never fatal
+        return _broken(name, origin, f"cannot import {ep.value}: {type(e).__name__}: {e}")
+    if not isinstance(value, Connector):
+        return _broken(name, origin, f"{ep.value} is a {type(value).__name__}, not a Connector")
+    problems = value.problems()
+    if value.type != name:
+        problems.append(
+            f"the entry point is named '{name}' but the connector's type is {value.type!r}"
+        )
+    if problems:
+        return _broken(name, origin, f"{ep.value}: {'; '.join(problems)}", value.doc)
+    return plugin_of(value, origin)
+
+
+def _broken(name: str, origin: str, problem: str, doc: str = "") -> Plugin:
+    return Plugin(type=name, doc=doc or problem, installed=False, origin=origin, problem=problem)
 
 
 def lookup(type_name: str, kind: str | None = None) -> Plugin:
@@ -34,6 +113,10 @@ def lookup(type_name: str, kind: str | None = None) -> Plugin:
         raise PlanError(
             f"unknown connector type '{type_name}'{suggest(name, known)};"
             f" known types: {', '.join(sorted(known))}"
+        )
+    if plugin.problem:
+        raise PlanError(
+            f"connector type {name} (from {plugin.origin}) cannot be used: {plugin.problem}"
         )
     if not plugin.installed:
         raise PlanError(f"connector type {name} is not installed")

@@ -5,19 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from connectql.config import SecretRef  # noqa: F401 (re-exported: the parser makes them)
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # the grammar's NAME terminal (connectql.lark)
 
 
 def is_name(text) -> bool:
     """Whether `text` can stand as a name (of a connector, stream, type) in a statement."""
     return isinstance(text, str) and _NAME.fullmatch(text) is not None
-
-
-@dataclass(frozen=True)
-class SecretRef:
-    """An option value written `SECRET name`: resolved from the secret store when a plan is built."""
-
-    name: str
 
 
 # An option value as written: quoted or bare words become str; numbers int/float; true/false bool.

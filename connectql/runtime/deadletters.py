@@ -9,7 +9,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
@@ -17,14 +16,13 @@ from connectql.connectors.changerows import DEAD_LETTERS
 from connectql.connectors.multitable import TABLE_COLUMN, select_table
 from connectql.runtime.errors import short_error
 from connectql.runtime.streamwriter import Output
-
-# the columns of every dead-letter stream: these text columns, then `time`
-TEXT_COLUMNS = ("connector", "stage", "source_offset", "error_class", "error_message", "raw_record")
-DEADLETTER_DDL = ", ".join(f"`{c}` STRING" for c in TEXT_COLUMNS) + ", `time` TIMESTAMP"
-# the same as Arrow, for writers that are not Spark queries (a database sink's commit)
-DEADLETTER_ARROW = pa.schema(
-    [(c, pa.string()) for c in TEXT_COLUMNS] + [("time", pa.timestamp("us", tz="UTC"))]
+from connectql.toolkit.envelope import (  # noqa: F401 (re-exported)
+    DEAD_LETTER_COLUMN,
+    DEADLETTER_ARROW,
+    DEADLETTER_DDL,
 )
+from connectql.toolkit.envelope import DEADLETTER_TEXT_COLUMNS as TEXT_COLUMNS  # noqa: F401
+
 FILE_COLUMN = "__connectql_file"
 
 
@@ -112,10 +110,12 @@ def _unread_changes(df, plan):
 
 def _dead_letters(df, plan):
     col = plan.reader.corrupt_column
+    if col == DEAD_LETTER_COLUMN:
+        return _toolkit_dead_letters(df, plan)
     return df.where(F.col(col).isNotNull()).select(
         F.lit(plan.connector).alias("connector"),
         F.lit("read").alias("stage"),
-        _record_offset(df).alias("source_offset"),
+        F.to_json(F.struct(F.col(FILE_COLUMN).alias("file"))).alias("source_offset"),
         F.lit("MALFORMED_RECORD").alias("error_class"),
         F.lit(
             f"the {plan.reader.format} record does not fit the schema ({plan.reader.schema})"
@@ -125,9 +125,13 @@ def _dead_letters(df, plan):
     )
 
 
-def _record_offset(df):
-    """Where a bad record came from: the source's own `__source` coordinates (e.g. an object's
-    key and record number) when it has them, else the file Spark read it from."""
-    if "__source" in df.columns:
-        return F.col("__source")
-    return F.to_json(F.struct(F.col(FILE_COLUMN).alias("file")))
+def _toolkit_dead_letters(df, plan):
+    """A toolkit source's records that did not parse: their text columns are JSON in one column
+    (connectql/toolkit/spark.py)."""
+    field = functools.partial(F.get_json_object, F.col(DEAD_LETTER_COLUMN))
+    return df.where(F.col(DEAD_LETTER_COLUMN).isNotNull()).select(
+        F.lit(plan.connector).alias("connector"),
+        F.lit("read").alias("stage"),
+        *[field(f"$.{c}").alias(c) for c in TEXT_COLUMNS[2:]],
+        F.current_timestamp().alias("time"),
+    )

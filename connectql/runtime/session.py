@@ -68,9 +68,9 @@ def python_data_sources():
     from connectql.connectors.datagen import DatagenDataSource
     from connectql.connectors.mysql.datasource import MysqlDataSource
     from connectql.connectors.postgres.datasource import PostgresDataSource
-    from connectql.connectors.s3 import S3DataSource
+    from connectql.toolkit.spark import ToolkitDataSource
 
-    return [DatagenDataSource, PostgresDataSource, MysqlDataSource, S3DataSource]
+    return [DatagenDataSource, PostgresDataSource, MysqlDataSource, ToolkitDataSource]
 
 
 def logging_settings(log_dir) -> dict[str, str]:

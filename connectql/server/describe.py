@@ -34,15 +34,17 @@ def show(worker, s: ast.Show) -> Result:
             (
                 p.type,
                 ", ".join(p.kinds) or "-",
+                p.origin,
                 "yes" if p.installed else "no",
                 p.delivery or "-",
+                p.problem or "",
                 p.doc,
             )
-            for p in registry.plugins().values()
+            for p in registry.listing()
         ]
         return Result(
-            columns=["type", "kinds", "installed", "delivery", "doc"],
-            rows=sorted(rows),
+            columns=["type", "kinds", "origin", "installed", "delivery", "problem", "doc"],
+            rows=rows,
             title="connector plugins",
         )
     if s.what == "settings":
@@ -160,7 +162,7 @@ def _plugin(worker, name: str) -> Result:
             )
     if not rows:
         raise CatalogError(f"plugin {name} declares no options")
-    title = f"plugin {plugin.type}: {plugin.doc}"
+    title = f"plugin {plugin.type} ({plugin.origin}): {plugin.doc}"
     if plugin.delivery:
         title += f" Sink delivery: {plugin.delivery}."
     return Result(

@@ -11,7 +11,7 @@ from pyspark.sql.types import StructType
 
 from connectql.catalog import states
 from connectql.connectors.base import ReaderSpec
-from connectql.connectors.dbsink import META_COLUMNS
+from connectql.toolkit.envelope import META_COLUMNS
 
 
 def widened(old: StructType, new: StructType) -> tuple[StructType, list[str]]:

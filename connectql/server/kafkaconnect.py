@@ -136,11 +136,23 @@ def offsets(name: str, committed: str | None, latest: str | None) -> dict[str, A
 def plugins() -> list[dict[str, str]]:
     """GET /connector-plugins: one entry per type and kind, as Kafka Connect lists classes."""
     return [
-        {"class": p.type, "type": kind, "version": "connectql", "doc": p.doc}
+        {
+            "class": p.type,
+            "type": kind,
+            "version": _version(p.origin),
+            "origin": p.origin,
+            "delivery": p.delivery or None,
+            "doc": p.doc,
+        }
         for p in sorted(registry.plugins().values(), key=lambda p: p.type)
         if p.installed
         for kind in p.kinds
     ]
+
+
+def _version(origin: str) -> str:
+    """A plugin's version: its package's ('name 1.2' -> '1.2'), or connectql's."""
+    return origin.rsplit(" ", 1)[-1] if origin != "built-in" else "connectql"
 
 
 def validate(type_name: str, body: Any) -> dict[str, Any]:

@@ -1,5 +1,12 @@
-"""The `s3` connector: objects in an S3-compatible store as a source (and a sink)."""
+"""The `s3` connector: objects in an S3-compatible store as a source (and a sink), on the
+connector toolkit."""
 
-from connectql.connectors.s3.plugin import PLUGIN, S3DataSource
+from connectql.connectors.s3.source import S3Source
+from connectql.toolkit import Connector
 
-__all__ = ["PLUGIN", "S3DataSource"]
+CONNECTOR = Connector(
+    type="s3",
+    doc="Objects in an S3-compatible store (AWS S3, SeaweedFS, MinIO): jsonl, csv, parquet or"
+    " avro. The source reads objects in key order and resumes inside an object after a crash.",
+    source=S3Source,
+)

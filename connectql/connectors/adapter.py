@@ -1,0 +1,87 @@
+"""A toolkit Connector as the planner's Plugin: its options with the common ones, and readers
+and writers on the toolkit's Spark data source."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connectql.config import Option
+from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
+from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
+from connectql.errors import ConnectQLError, PlanError
+from connectql.toolkit.connector import Connector
+from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
+
+MAX_RECORDS = Option(
+    "batch.max.records",
+    "int",
+    doc="at most this many records per micro-batch (a toolkit source's read limit, where the"
+    " source can cut its offsets); absent: everything available",
+)
+
+
+def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
+    """The Plugin of a toolkit connector (which must have no problems())."""
+    source, sink = connector.source, connector.sink
+    return Plugin(
+        type=connector.type,
+        doc=connector.doc,
+        source_options=_options(SOURCE_COMMON, MAX_RECORDS, *source.options) if source else None,
+        sink_options=_options(SINK_COMMON, *sink.options) if sink else None,
+        plan_source=(lambda opts: plan_source(connector, opts)) if source else None,
+        plan_sink=(lambda opts, stream=None: plan_sink(connector, opts)) if sink else None,
+        delivery=sink.delivery if sink else "",
+        origin=origin,
+    )
+
+
+def _options(common: dict[str, Option], *declared: Option) -> dict[str, Option]:
+    return {**common, **{o.name: o for o in declared}}
+
+
+def _secret(specs) -> set[str]:
+    return {o.name for o in specs if o.secret}
+
+
+def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
+    from connectql.toolkit.spark import MAX_RECORDS_KEY, ddl, spark_options
+
+    where = f"{connector.type} source"
+    source = _call(where, connector.source, opts)
+    _call(where, source.check)
+    schema = ddl(_call(where, source.schema))
+    options = spark_options(connector.source, opts, _secret(connector.source.options))
+    if opts.get("batch.max.records"):
+        options[MAX_RECORDS_KEY] = str(opts["batch.max.records"])
+    tolerant = opts.get("errors.tolerance") == "all"
+    return ReaderSpec(
+        "connectql_toolkit",
+        options,
+        schema=schema,
+        lag_field=connector.source.lag_field,
+        secret_options=tuple(sorted(_secret(connector.source.options))),
+        corrupt_column=DEAD_LETTER_COLUMN if tolerant else None,
+    )
+
+
+def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:
+    from connectql.toolkit.spark import arrow_schema, spark_options
+
+    where = f"{connector.type} sink"
+    sink = _call(where, connector.sink, opts)
+    return WriterSpec(
+        "connectql_toolkit",
+        spark_options(connector.sink, opts, _secret(connector.sink.options)),
+        secret_options=tuple(sorted(_secret(connector.sink.options))),
+        check=lambda struct: _call(where, sink.check, arrow_schema(struct)),
+    )
+
+
+def _call(where: str, fn, *args):
+    """fn(*args); an error that is not connectql's own becomes a PlanError naming `where`."""
+    try:
+        return fn(*args)
+    except ConnectQLError:
+        raise
+    except Exception as e:
+        raise PlanError(f"{where}: {type(e).__name__}: {e}") from None

@@ -1,0 +1,45 @@
+"""Connector: the plugin object, one connector type with its source and/or sink class.
+
+A package makes a type usable in `CREATE ... FROM type` by declaring it in the entry-point group
+`connectql.connectors` (name = the type, value = "module:OBJECT" naming a Connector).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from connectql.toolkit.sink import Sink
+from connectql.toolkit.source import Source
+
+_TYPE = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Connector:
+    """`type`: the name used in FROM/TO (lower case letters, digits, _); `doc`: one line on
+    what it connects; `source`, `sink`: the classes (at least one)."""
+
+    type: str
+    doc: str
+    source: type[Source] | None = None
+    sink: type[Sink] | None = None
+
+    def problems(self) -> list[str]:
+        """What is wrong with this declaration (empty when it can be used)."""
+        found = []
+        if not isinstance(self.type, str) or not _TYPE.fullmatch(self.type):
+            found.append(f"type {self.type!r} is not a lower-case name")
+        if self.source is None and self.sink is None:
+            found.append("it declares neither a source nor a sink")
+        if self.source is not None and not _subclass(self.source, Source):
+            found.append(f"source {self.source!r} is not a connectql.toolkit.Source class")
+        if self.sink is not None and not _subclass(self.sink, Sink):
+            found.append(f"sink {self.sink!r} is not a connectql.toolkit.Sink class")
+        elif self.sink is not None and self.sink.delivery not in ("exactly-once", "at-least-once"):
+            found.append(f"sink delivery {self.sink.delivery!r} is not exactly- or at-least-once")
+        return found
+
+
+def _subclass(value, base: type) -> bool:
+    return isinstance(value, type) and issubclass(value, base)

@@ -1,0 +1,77 @@
+"""Sink: the contract of a connector that writes a stream into an external system.
+
+The toolkit gives every sink the exactly-once pattern of the database sinks: each micro-batch
+is written together with its batch id (in one transaction, one file rename, ...), and a batch
+Spark replays after a crash is recognised by `last_batch` and skipped. It needs no pyspark: the
+toolkit builds the Spark stream writer around it (connectql/toolkit/spark.py).
+
+What is called when, and where:
+
+* On the driver, at CREATE and at every start: ``Sink(options)``, then ``check(schema)``.
+* Per micro-batch, on the executors, one call per task: ``stage(writer, batch_id, task, data)``
+  with that task's rows as a pyarrow Table; what it returns travels to the driver (pickled).
+* Then on the driver, once: ``last_batch(writer)``; when the batch is not yet there,
+  ``commit(writer, batch_id, staged)`` with every task's ``stage`` result; when Spark gives up
+  the batch, ``abort(writer, batch_id, staged)``.
+
+The defaults make a simple sink: ``stage`` returns its rows, ``commit`` concatenates them and
+calls ``write(writer, batch_id, table)``, the one method a simple sink implements (with
+``last_batch``). A sink that must scale out writes its rows in ``stage`` (e.g. into a staging
+table or temporary files) and only publishes them in ``commit``.
+
+`writer` is a stable id of the connector's checkpoint (a new id after DROP and CREATE): record
+``(writer, batch_id)`` with the data, and answer ``last_batch(writer)`` from the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from connectql.config import Option
+
+
+class Sink:
+    """Base class of a sink. Subclass it, declare `options` and `delivery`, implement `write`
+    and `last_batch` (or `stage`, `commit`, `abort` and `last_batch`)."""
+
+    #: the connector's own options (the common ones come for free)
+    options: ClassVar[Sequence[Option]] = ()
+    #: what the sink promises: 'exactly-once' (last_batch answers from the target) or
+    #: 'at-least-once' (last_batch returns None: a replayed batch is written again)
+    delivery: ClassVar[str] = "exactly-once"
+
+    def __init__(self, options: dict[str, Any]):
+        """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""
+        self.options = dict(options)
+
+    def check(self, schema: pa.Schema) -> None:
+        """Driver, at CREATE and each start, with the schema of the rows it will get: prepare
+        the target (e.g. create its table) or raise ValidationError naming what is wrong."""
+
+    def last_batch(self, writer: str) -> int | None:
+        """Driver: the highest batch id `commit` recorded for `writer` in the target, or None."""
+        raise NotImplementedError
+
+    def write(self, writer: str, batch_id: int, data: pa.Table) -> None:
+        """Driver: write the batch's rows AND record (writer, batch_id), atomically."""
+        raise NotImplementedError
+
+    def stage(self, writer: str, batch_id: int, task: int, data: pa.Table) -> Any:
+        """Executor: one task's rows. Returns what `commit` needs (pickled). Default: the rows."""
+        return data
+
+    def commit(self, writer: str, batch_id: int, staged: list[Any]) -> None:
+        """Driver: publish every task's staged rows and record (writer, batch_id), atomically.
+        Default: `write` of the staged rows, concatenated."""
+        tables = [t for t in staged if t is not None and t.num_rows]
+        if tables:
+            self.write(writer, batch_id, pa.concat_tables(tables, promote_options="permissive"))
+
+    def abort(self, writer: str, batch_id: int, staged: list[Any]) -> None:
+        """Driver: the batch failed; undo what `stage` left. Default: nothing (it wrote nothing)."""
+
+    def close(self) -> None:
+        """Driver: the query stops."""

@@ -1,0 +1,104 @@
+"""Source: the contract of a connector that reads an external system into a stream.
+
+A source lists its work as partitions between two offsets and reads one partition as Arrow
+record batches (or plain dicts). It needs no pyspark: the toolkit builds the Spark data source
+around it (connectql/toolkit/spark.py) and gives it available-now (`run = 'once'`), read limits,
+lag, retries of retryable errors and dead letters.
+
+What is called when, and where:
+
+* On the driver (the worker process), at CREATE and at every start: ``Source(options)``, then
+  ``check()`` and ``schema()``.
+* On the driver, once per micro-batch: ``latest_offset(start)``, ``end_offset(start, latest,
+  max_records)`` and ``partitions(start, end)``; after the batch is committed, ``commit(end)``.
+* On an executor (a Python worker, possibly another process or machine): ``read(partition)``.
+  The source object is pickled to get there: keep connections out of ``__init__`` and open
+  them in ``read`` (or lazily).
+
+Offsets are JSON-able dicts of the connector's own shape (Kafka Connect's source partition and
+offset), e.g. ``{"file": "b.csv", "line": 120}``. Spark stores them in the checkpoint, the one
+place they live. ``read`` of the same partition must give the same records every time: a
+micro-batch replayed after a crash is then identical (exactly-once into the stream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from connectql.config import Option
+
+
+class Retryable(Exception):
+    """Raise it (or a subclass) for an error that may pass (a timeout, a server restarting):
+    the toolkit retries the call with backoff before it fails the batch."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """Yield one from `read` for a record that does not parse: with errors.tolerance = 'all' it
+    goes to the dead-letter stream with `error` and `raw`; with 'none' it fails the connector
+    naming `offset` (where the record is, e.g. {"line": 7}) and `error`."""
+
+    raw: str
+    error: str
+    offset: dict[str, Any] | None = None
+    error_class: str = "MALFORMED_RECORD"
+
+
+class Source:
+    """Base class of a source. Subclass it, declare `options`, implement the methods that raise
+    NotImplementedError; the others have defaults."""
+
+    #: the connector's own options (the common ones, run, tasks.max, errors.*, come for free)
+    options: ClassVar[Sequence[Option]] = ()
+    #: a numeric key of the offset dict: lag = latest[lag_field] - end[lag_field]
+    lag_field: ClassVar[str | None] = None
+    #: how often a call that raised Retryable is tried again, and the first wait (it doubles)
+    retries: ClassVar[int] = 3
+    retry_backoff_ms: ClassVar[int] = 200
+    #: rows per Arrow batch when `read` yields dicts
+    rows_per_batch: ClassVar[int] = 10_000
+
+    def __init__(self, options: dict[str, Any]):
+        """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""
+        self.options = dict(options)
+
+    def check(self) -> None:
+        """Driver, at CREATE and each start: raise ValidationError (connectql.toolkit) naming
+        what is wrong with the options or the external system. Default: nothing to check."""
+
+    def schema(self) -> Any:
+        """Driver: the rows' schema, as Spark DDL ('id BIGINT, name STRING') or a pyarrow
+        Schema; fixed, from the options, or discovered from the external system."""
+        raise NotImplementedError
+
+    def initial_offset(self) -> dict:
+        """Driver: where a new connector starts (before any record)."""
+        raise NotImplementedError
+
+    def latest_offset(self, start: dict) -> dict:
+        """Driver: the newest offset available now (`start` when there is nothing new)."""
+        raise NotImplementedError
+
+    def end_offset(self, start: dict, latest: dict, max_records: int) -> dict:
+        """Driver: an offset between `start` and `latest` at most `max_records` records after
+        `start` (the read limit, batch.max.records). Default: `latest` (no limit)."""
+        return latest
+
+    def partitions(self, start: dict, end: dict) -> list[Any]:
+        """Driver: the work of records after `start` up to `end`, as JSON-able values that
+        `read` takes; each is read by one task. Default: one partition {"start", "end"}."""
+        return [{"start": start, "end": end}]
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        """Executor: the partition's records, in order, as pyarrow RecordBatches, or dicts
+        (column name -> value; the toolkit makes Arrow of them), or DeadLetters."""
+        raise NotImplementedError
+
+    def commit(self, end: dict) -> None:
+        """Driver: every record up to `end` is in the stream (e.g. acknowledge, delete)."""
+
+    def close(self) -> None:
+        """Driver: the query stops."""

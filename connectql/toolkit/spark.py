@@ -1,0 +1,277 @@
+"""The Spark data source built around a toolkit Source or Sink (`format("connectql_toolkit")`).
+
+The connector's class travels as "module:Qualname" and its options as JSON (secret values apart,
+under keys Spark redacts); each Spark process (the driver's data source runner, the executors'
+Python workers) rebuilds the connector from them."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from connectql.config import is_secret_key
+from connectql.errors import PermanentError
+from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
+from connectql.toolkit.source import DeadLetter, Retryable, Source
+
+FORMAT = "connectql_toolkit"
+CLASS_KEY = "connectql.toolkit.class"
+CONFIG_KEY = "connectql.toolkit.config"
+SECRET_PREFIX = "connectql.toolkit.secret."  # Spark redacts keys holding 'secret'
+MAX_RECORDS_KEY = "connectql.toolkit.max.records"
+
+
+def spark_options(cls: type, options: dict[str, Any], secret: set[str]) -> dict[str, str]:
+    """What the data source needs to rebuild `cls(options)` in any Spark process."""
+    hidden = {k for k in options if k in secret or is_secret_key(k)}
+    plain = {k: v for k, v in options.items() if k not in hidden}
+    out = {
+        CLASS_KEY: f"{cls.__module__}:{cls.__qualname__}",
+        CONFIG_KEY: json.dumps(plain, sort_keys=True, default=str),
+    }
+    out.update({SECRET_PREFIX + k: str(options[k]) for k in hidden if options[k] is not None})
+    return out
+
+
+def connector_of(options) -> Any:
+    """The Source or Sink instance that spark_options described."""
+    module, _, name = options[CLASS_KEY].partition(":")
+    cls: Any = importlib.import_module(module)
+    for part in name.split("."):
+        cls = getattr(cls, part)
+    given = json.loads(options[CONFIG_KEY])
+    for key in options:
+        if key.lower().startswith(SECRET_PREFIX):
+            given[key[len(SECRET_PREFIX) :]] = options[key]
+    return cls(given)
+
+
+def ddl(schema: Any) -> str:
+    """Spark DDL of a schema given as DDL text or as a pyarrow Schema."""
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, pa.Schema):
+        struct = from_arrow_schema(schema, prefer_timestamp_ntz=False)
+        return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in struct.fields)
+    raise TypeError(f"a schema is Spark DDL text or a pyarrow Schema, not {type(schema).__name__}")
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def retried(source, call: Callable, *args):
+    """call(*args), tried again with doubling waits while it raises Retryable."""
+    wait = source.retry_backoff_ms / 1000
+    for attempt in range(source.retries + 1):
+        try:
+            return call(*args)
+        except Retryable:
+            if attempt == source.retries:
+                raise
+            time.sleep(wait)
+            wait = min(wait * 2, 30.0)
+
+
+class ToolkitDataSource(DataSource):
+    """`spark.readStream.format("connectql_toolkit")` / `writeStream.format(...)`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return ddl(connector_of(self.options).schema())
+
+    def streamReader(self, schema: StructType) -> StreamReader:
+        return StreamReader(connector_of(self.options), schema, self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        return StreamWriter(connector_of(self.options), schema, self.options)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A Source as Spark's stream reader: read limits, available-now, retries, dead letters."""
+
+    def __init__(self, source: Source, schema: StructType, options):
+        self.source = source
+        self.arrow_schema = arrow_schema(schema)
+        self.max_records = int(options.get(MAX_RECORDS_KEY) or 0)
+        self.connector = options.get("connectql.connector") or type(source).__name__
+        self.available_now = False
+        self._target: dict | None = None  # available-now: the latest offset when it started
+        self._latest: dict | None = None
+
+    def initialOffset(self) -> dict:
+        return retried(self.source, self.source.initial_offset)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now = True
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest = self._target
+        if latest is None:
+            latest = retried(self.source, self.source.latest_offset, start)
+            if self.available_now:
+                self._target = latest
+        self._latest = latest
+        if isinstance(limit, ReadMaxRows) and latest != start:
+            return self.source.end_offset(start, latest, int(limit.max_rows))
+        return latest
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        parts = retried(self.source, self.source.partitions, start, end)
+        return [InputPartition(json.dumps(p)) for p in parts]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        records = _first_retried(self.source, json.loads(partition.value))
+        yield from to_batches(records, self.arrow_schema, self.source.rows_per_batch, self._bad)
+
+    def _bad(self, letter: DeadLetter) -> dict:
+        """The row that carries a dead letter (errors.tolerance = 'all'), or the failure."""
+        if DEAD_LETTER_COLUMN not in self.arrow_schema.names:
+            where = f" at {json.dumps(letter.offset)}" if letter.offset else ""
+            raise PermanentError(
+                f"{self.connector}: a record{where} does not parse: {letter.error}"
+                " (errors.tolerance = 'all' sends such records to a dead-letter stream)"
+            )
+        text = {
+            "source_offset": json.dumps(letter.offset) if letter.offset else None,
+            "error_class": letter.error_class,
+            "error_message": letter.error,
+            "raw_record": letter.raw,
+        }
+        return {DEAD_LETTER_COLUMN: json.dumps(text)}
+
+    def commit(self, end: dict) -> None:
+        self.source.commit(end)
+
+    def stop(self) -> None:
+        self.source.close()
+
+
+def _first_retried(source: Source, partition) -> Iterator[Any]:
+    """source.read(partition), started again while it raises Retryable before its first record
+    (after one, a retry would repeat records: the error fails the batch, which Spark replays)."""
+    attempt, wait = 0, source.retry_backoff_ms / 1000
+    while True:
+        records = iter(source.read(partition))
+        try:
+            first = next(records, None)
+            break
+        except Retryable:
+            attempt += 1
+            if attempt > source.retries:
+                raise
+            time.sleep(wait)
+            wait = min(wait * 2, 30.0)
+    if first is not None:
+        yield first
+        yield from records
+
+
+def to_batches(
+    records: Iterator[Any], schema: pa.Schema, size: int, bad: Callable[[DeadLetter], dict]
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of `schema` from RecordBatches, Tables, dicts and DeadLetters."""
+    rows: list[dict] = []
+    for record in records:
+        if isinstance(record, (dict, DeadLetter)):
+            rows.append(bad(record) if isinstance(record, DeadLetter) else record)
+            if len(rows) >= size:
+                yield _from_rows(rows, schema)
+                rows = []
+            continue
+        if rows:
+            yield _from_rows(rows, schema)
+            rows = []
+        parts = record.to_batches() if isinstance(record, pa.Table) else [record]
+        yield from (conform(b, schema) for b in parts)
+    if rows:
+        yield _from_rows(rows, schema)
+
+
+def _from_rows(rows: list[dict], schema: pa.Schema) -> pa.RecordBatch:
+    try:
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise PermanentError(
+            f"a record does not fit the schema ({schema_text(schema)}): {e}"
+        ) from None
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """`batch` with the columns of `schema`, in its order and types (a column absent: nulls)."""
+    if batch.schema.equals(schema):
+        return batch
+    arrays = []
+    for f in schema:
+        if f.name in batch.schema.names:
+            arrays.append(batch.column(f.name).cast(f.type))
+        else:
+            arrays.append(pa.nulls(batch.num_rows, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def schema_text(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+class Staged(WriterCommitMessage):
+    """What one task's `stage` returned."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """A Sink as Spark's stream writer: tasks stage, the driver commits once per batch id."""
+
+    def __init__(self, sink, schema: StructType, options):
+        self.sink = sink
+        self.arrow_schema = arrow_schema(schema)
+        self.writer = options.get("connectql.writer") or "default"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        table = pa.Table.from_batches(list(iterator), schema=self.arrow_schema)
+        return Staged(self.sink.stage(self.writer, batch_id, ctx.partitionId(), table))
+
+    def commit(self, messages: list[Staged], batchId: int) -> None:  # noqa: N803 (Spark's name)
+        done = self.sink.last_batch(self.writer)
+        staged = [m.value for m in messages if m is not None]
+        if done is not None and done >= batchId:  # a replay of a batch already written
+            self.sink.abort(self.writer, batchId, staged)
+            return
+        self.sink.commit(self.writer, batchId, staged)
+
+    def abort(self, messages: list[Staged], batchId: int) -> None:  # noqa: N803
+        self.sink.abort(self.writer, batchId, [m.value for m in messages if m is not None])

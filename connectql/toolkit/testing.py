@@ -1,0 +1,174 @@
+"""Testing helpers: run a toolkit source or sink through a real SparkSession, stop it part way
+and resume it from its checkpoint, replay its last batch, the way connectql runs it.
+
+    run = SourceRun(MySource, {"path": ...}, tmp_path)
+    run.batches(2)            # two micro-batches, then the query stops (offsets kept)
+    run.to_end()              # resumes from the checkpoint: everything available now
+    run.replay_last_batch()   # Spark forgets it committed the last batch and runs it again
+    assert run.rows() == expected   # each record once
+
+The classes must be importable by module name (not defined in __main__): Spark's Python
+processes rebuild them from "module:Qualname"."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from connectql.config import validate
+
+STOP_WAIT_S = 120.0
+
+
+def session():
+    """The process-wide SparkSession with connectql's data sources registered."""
+    from connectql.runtime.session import get_session
+
+    return get_session()
+
+
+def _validated(cls, options: dict[str, Any]) -> dict[str, Any]:
+    return validate({o.name: o for o in cls.options}, options, cls.__name__)
+
+
+class _Run:
+    """A query over a checkpoint in `workdir`; subclasses say what it reads and writes."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = Path(workdir)
+        self.checkpoint = self.workdir / "checkpoint"
+
+    def _query(self, spark, trigger: dict):
+        raise NotImplementedError
+
+    def batches(self, count: int) -> None:
+        """Run micro-batches until `count` more have committed (or no data is left), then stop
+        the query: the next run resumes from the checkpoint."""
+        before = self._committed()
+        query = self._query(session(), {"availableNow": True})
+        deadline = time.monotonic() + STOP_WAIT_S
+        try:
+            while self._committed() < before + count and query.isActive:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{count} batches did not commit in {STOP_WAIT_S}s")
+                time.sleep(0.05)
+        finally:
+            query.stop()
+        _raise_failure(query)
+
+    def to_end(self) -> None:
+        """Run until everything available now is processed (resuming from the checkpoint)."""
+        from pyspark.errors import StreamingQueryException
+
+        query = self._query(session(), {"availableNow": True})
+        try:
+            query.awaitTermination(STOP_WAIT_S)
+        except StreamingQueryException:
+            pass  # raised below, shorter
+        finally:
+            query.stop()
+        _raise_failure(query)
+
+    def replay_last_batch(self) -> int:
+        """Make Spark believe the last batch never finished (a crash between the sink's write
+        and Spark's commit log), then run again: Spark replays that batch. Returns its id."""
+        commits = self.checkpoint / "commits"
+        last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+        (commits / str(last)).unlink()
+        (commits / f".{last}.crc").unlink(missing_ok=True)
+        self.to_end()
+        return last
+
+    def _committed(self) -> int:
+        commits = self.checkpoint / "commits"
+        return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.exists() else 0
+
+
+def _raise_failure(query) -> None:
+    error = query.exception()
+    if error is not None:
+        raise AssertionError(f"the query failed: {error}")
+
+
+class SourceRun(_Run):
+    """A toolkit Source read into Parquet files (Spark's exactly-once file sink), as a source
+    connector reads into its stream. `max_records`: the read limit (batch.max.records)."""
+
+    def __init__(self, cls, options: dict[str, Any], workdir, max_records: int | None = None):
+        super().__init__(workdir)
+        self.cls, self.options = cls, _validated(cls, options)
+        self.max_records = max_records
+        self.output = self.workdir / "output"
+
+    def _query(self, spark, trigger: dict):
+        from connectql.toolkit.spark import FORMAT, MAX_RECORDS_KEY, ddl, spark_options
+
+        options = spark_options(
+            self.cls, self.options, {o.name for o in self.cls.options if o.secret}
+        )
+        if self.max_records:
+            options[MAX_RECORDS_KEY] = str(self.max_records)
+        schema = ddl(self.cls(self.options).schema())
+        df = spark.readStream.format(FORMAT).options(**options).schema(schema).load()
+        return (
+            df.writeStream.format("parquet")
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(**trigger)
+            .start(str(self.output))
+        )
+
+    def rows(self) -> list[dict]:
+        """Every committed row, in no particular order."""
+        import pyarrow.parquet as pq
+
+        from connectql.catalog.streams import committed_files
+
+        files = committed_files(self.output) if self.output.exists() else []
+        return [r for f in files for r in pq.read_table(f).to_pylist()]
+
+
+class SinkRun(_Run):
+    """A toolkit Sink fed from a Parquet input directory, one file per micro-batch, as a sink
+    connector reads its stream: add(table) puts the next file there."""
+
+    def __init__(self, cls, options: dict[str, Any], workdir, schema: pa.Schema):
+        super().__init__(workdir)
+        self.cls, self.options, self.schema = cls, _validated(cls, options), schema
+        self.input = self.workdir / "input"
+        self.input.mkdir(parents=True, exist_ok=True)
+        self._files = 0
+        self.sink = cls(self.options)
+        self.sink.check(schema)
+
+    def add(self, rows: list[dict] | pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, self.schema)
+        staged = self.workdir / f".{self._files:06d}.parquet"
+        pq.write_table(table, staged)
+        shutil.move(staged, self.input / f"{self._files:06d}.parquet")
+        self._files += 1
+
+    def _query(self, spark, trigger: dict):
+        from connectql.toolkit.spark import FORMAT, ddl, spark_options
+
+        options = spark_options(
+            self.cls, self.options, {o.name for o in self.cls.options if o.secret}
+        )
+        options["connectql.writer"] = "test"
+        df = (
+            spark.readStream.schema(ddl(self.schema))
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(self.input))
+        )
+        return (
+            df.writeStream.format(FORMAT)
+            .options(**options)
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(**trigger)
+            .start()
+        )

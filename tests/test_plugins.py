@@ -1,0 +1,88 @@
+"""Connector plugins from installed packages (the `connectql.connectors` entry points): listed
+with where they come from, usable in CREATE, and a broken one listed with why, never fatal."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from connectql.connectors import registry
+from connectql.errors import PlanError
+from tests.helpers import run
+from tests.toolkit_connectors import written
+
+ENTRY_POINTS = """[connectql.connectors]
+counter = tests.toolkit_connectors:COUNTER
+broken = no_such_module_anywhere:CONNECTOR
+notone = json:dumps
+postgres = tests.toolkit_connectors:COUNTER
+"""
+
+
+@pytest.fixture
+def plugins(tmp_path):
+    """An installed package (its metadata on sys.path) that declares four entry points."""
+    site = tmp_path / "site"
+    meta = site / "fake_plugins-1.2.3.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-plugins\nVersion: 1.2.3\n")
+    (meta / "entry_points.txt").write_text(ENTRY_POINTS)
+    sys.path.insert(0, str(site))
+    registry._found.cache_clear()
+    yield
+    sys.path.remove(str(site))
+    registry._found.cache_clear()
+
+
+def test_broken_plugins_are_listed_with_why_and_refused_at_create_only(plugins):
+    listed = {(p.type, p.origin): p for p in registry.listing()}
+    counter = listed[("counter", "fake-plugins 1.2.3")]
+    assert counter.installed and counter.kinds == ("source", "sink")
+    assert counter.delivery == "exactly-once"
+    broken = listed[("broken", "fake-plugins 1.2.3")]
+    assert "cannot import no_such_module_anywhere:CONNECTOR: ModuleNotFoundError" in broken.problem
+    assert (
+        "json:dumps is a function, not a Connector"
+        in listed[("notone", "fake-plugins 1.2.3")].problem
+    )
+    clash = listed[("postgres", "fake-plugins 1.2.3")].problem
+    assert clash == "the type name 'postgres' is taken by built-in; this one is ignored"
+    assert registry.lookup("postgres").origin == "built-in"  # the built-in keeps its name
+    with pytest.raises(
+        PlanError,
+        match=r"connector type broken \(from fake-plugins 1.2.3\) cannot be used: cannot import",
+    ):
+        registry.lookup("broken", "source")
+
+
+@pytest.mark.spark
+def test_a_plugin_source_and_sink_run_end_to_end_with_dead_letters(plugins, worker, tmp_path):
+    shown = {r[0]: r for r in run(worker, "SHOW CONNECTOR PLUGINS")[0].rows}
+    assert shown["counter"][1:5] == ("source, sink", "fake-plugins 1.2.3", "yes", "exactly-once")
+    assert shown["broken"][3] == "no" and "ModuleNotFoundError" in shown["broken"][5]
+    described = run(worker, "DESCRIBE PLUGIN counter")[0]
+    assert "fake-plugins 1.2.3" in described.title
+    assert {("source", "batch.max.records"), ("sink", "path")} <= {r[:2] for r in described.rows}
+    with pytest.raises(PlanError, match="cannot be used: cannot import"):
+        run(worker, "CREATE SOURCE CONNECTOR b FROM broken INTO x WITH (run = 'once')")
+
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR c FROM counter INTO nums WITH (count = 20, bad = 5,"
+        " 'batch.max.records' = 7, run = 'once', 'errors.tolerance' = 'all',"
+        " 'errors.deadletter.stream' = 'nums_dlq')",
+    )
+    worker.wait_for_once()
+    assert worker.catalog.get_connector("c").state == "FINISHED"
+    ids = run(worker, "SELECT id FROM nums ORDER BY id")[0].rows
+    assert [i for (i,) in ids] == [i for i in range(20) if i % 5 != 4]
+    dead = run(worker, "SELECT source_offset, error_message, raw_record FROM nums_dlq ORDER BY 3")
+    assert dead[0].rows[0] == ('{"n": 14}', "not a number", "#14")
+    assert len(dead[0].rows) == 4
+
+    out = tmp_path / "out"
+    run(worker, f"CREATE SINK CONNECTOR o TO counter FROM nums WITH (path = '{out}', run = 'once')")
+    worker.wait_for_once()
+    assert worker.catalog.get_connector("o").state == "FINISHED"
+    assert sorted(r["id"] for r in written(out)) == [i for (i,) in ids]

@@ -1,0 +1,90 @@
+"""Small connectors built only on connectql.toolkit, for the toolkit's tests."""
+
+from __future__ import annotations
+
+import json
+import os
+from itertools import pairwise
+from pathlib import Path
+
+import pyarrow as pa
+
+from connectql.toolkit import Connector, DeadLetter, Option, Retryable, Sink, Source
+
+
+class Counter(Source):
+    """Records {id, text} for id 0..count-1; offsets {"n": records before}. Every `bad`-th
+    record is a dead letter; `flaky`: a file whose existence makes the first read of each
+    partition raise Retryable (and which that read removes)."""
+
+    options = (
+        Option("count", "int", required=True, doc="how many records"),
+        Option("bad", "int", 0, doc="every bad-th record does not parse (0: none)"),
+        Option("flaky", doc="a file: while it exists, a read fails once with Retryable"),
+        Option("tasks.max", "int", 1, doc="partitions per batch"),
+    )
+    lag_field = "n"
+    retry_backoff_ms = 10
+
+    def schema(self):
+        return pa.schema([("id", pa.int64()), ("text", pa.string())])
+
+    def initial_offset(self):
+        return {"n": 0}
+
+    def latest_offset(self, start):
+        return {"n": self.options["count"]}
+
+    def end_offset(self, start, latest, max_records):
+        return {"n": min(latest["n"], start["n"] + max_records)}
+
+    def partitions(self, start, end):
+        lo, hi, k = start["n"], end["n"], self.options["tasks.max"]
+        cuts = [lo + (hi - lo) * i // k for i in range(k + 1)]
+        return [{"lo": a, "hi": b} for a, b in pairwise(cuts) if b > a]
+
+    def read(self, partition):
+        flaky = self.options.get("flaky")
+        if flaky and os.path.exists(flaky):
+            os.remove(flaky)
+            raise Retryable("the server is restarting")
+        bad = self.options["bad"]
+        for i in range(partition["lo"], partition["hi"]):
+            if bad and i % bad == bad - 1:
+                yield DeadLetter(raw=f"#{i}", error="not a number", offset={"n": i})
+            else:
+                yield {"id": i, "text": f"record {i}"}
+
+
+class JsonDir(Sink):
+    """Each batch one JSON-lines file named for its writer and batch id, made visible by a
+    rename (so the file is the record of the batch id: exactly-once)."""
+
+    options = (Option("path", required=True, doc="directory of the files"),)
+
+    def check(self, schema):
+        Path(self.options["path"]).mkdir(parents=True, exist_ok=True)
+
+    def last_batch(self, writer):
+        ids = [
+            int(p.stem.rsplit("-", 1)[1])
+            for p in Path(self.options["path"]).glob(f"{writer}-*.json")
+        ]
+        return max(ids, default=None)
+
+    def write(self, writer, batch_id, data):
+        target = Path(self.options["path"]) / f"{writer}-{batch_id:08d}.json"
+        temp = target.with_suffix(".tmp")
+        temp.write_text("".join(json.dumps(r) + "\n" for r in data.to_pylist()))
+        temp.replace(target)
+
+
+def written(path) -> list[dict]:
+    return [
+        json.loads(line)
+        for p in sorted(Path(path).glob("*.json"))
+        for line in p.read_text().splitlines()
+    ]
+
+
+COUNTER = Connector("counter", "numbered test records", source=Counter, sink=JsonDir)

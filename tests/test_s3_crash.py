@@ -1,0 +1,108 @@
+"""The s3 source after kill -9: a `connectql run` worker killed (with its JVM) while it reads
+gzip jsonl objects in batches that end inside objects; a new worker on the same home resumes
+from the record its checkpoint reached, and the stream holds every record exactly once."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import signal
+
+import duckdb
+import pytest
+
+from connectql.catalog.streams import committed_files
+from tests.crash import describe, kill_everything, start_worker
+from tests.helpers import read_parquet_rows, wait_until
+from tests.s3server import bucket, s3server  # noqa: F401
+from tests.test_s3_io import put
+
+pytestmark = pytest.mark.spark
+
+OBJECTS, PER_OBJECT, PER_BATCH = 4, 40_000, 7_000
+TOTAL = OBJECTS * PER_OBJECT
+
+SCRIPT = """
+CREATE SOURCE CONNECTOR IF NOT EXISTS landing FROM s3 INTO events WITH (
+  endpoint = '{endpoint}', region = 'us-east-1', bucket = '{bucket}', prefix = 'in/',
+  'access.key' = '{access}', 'secret.key' = '{secret}', format = 'jsonl',
+  schema = 'id BIGINT, name STRING, v DOUBLE', 'batch.max.records' = {per_batch},
+  'poll.interval.ms' = 200);
+"""
+
+
+def in_stream(stream) -> int:
+    got = read_parquet_rows(stream, "SELECT count(*) FROM t")
+    return got[0][0] if got else 0
+
+
+def test_a_killed_worker_resumes_inside_an_object_and_emits_each_record_once(
+    tmp_path,
+    s3server,  # noqa: F811
+    bucket,  # noqa: F811
+):
+    fs = s3server.filesystem()
+    for n in range(OBJECTS):
+        lines = (
+            json.dumps({"id": i, "name": f"n{i}", "v": i / 8})
+            for i in range(n * PER_OBJECT, (n + 1) * PER_OBJECT)
+        )
+        put(fs, f"{bucket}/in/part-{n}.jsonl.gz", gzip.compress("\n".join(lines).encode()))
+    home, logs = tmp_path / "home", tmp_path / "logs"
+    logs.mkdir()
+    script = tmp_path / "landing.sql"
+    opts = s3server.options()
+    script.write_text(
+        SCRIPT.format(
+            endpoint=opts["endpoint"],
+            bucket=bucket,
+            access=opts["access.key"],
+            secret=opts["secret.key"],
+            per_batch=PER_BATCH,
+        )
+    )
+    stream = home / "streams/events"
+
+    first = start_worker(home, script, logs, "first")
+    try:
+
+        def some_committed():
+            assert first.poll() is None, describe(logs, home, "first")
+            count = in_stream(stream)
+            assert count < TOTAL, "the source finished before the kill: make it slower"
+            return count >= PER_BATCH
+
+        wait_until(some_committed, timeout=180, every=0.1, what="records in the stream")
+    finally:
+        kill_everything(first)
+    assert first.returncode == -signal.SIGKILL
+    at_kill = in_stream(stream)
+    assert 0 < at_kill < TOTAL and at_kill % PER_OBJECT != 0  # the kill left an object half read
+
+    second = start_worker(home, script, logs, "second")
+    try:
+
+        def complete():
+            assert second.poll() is None, describe(logs, home, "second")
+            return in_stream(stream) >= TOTAL
+
+        wait_until(complete, timeout=300, every=0.5, what=f"{TOTAL} records in the stream")
+        second.send_signal(signal.SIGINT)
+        assert second.wait(timeout=120) == 0, describe(logs, home, "second")
+    finally:
+        kill_everything(second)
+
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW s AS SELECT * FROM read_parquet({committed_files(stream)!r})")
+    got = con.execute(
+        "SELECT count(*), count(DISTINCT id), min(id), max(id),"
+        " count(*) FILTER (WHERE v <> id / 8 OR name <> 'n' || id) FROM s"
+    ).fetchone()
+    assert got == (TOTAL, TOTAL, 0, TOTAL - 1, 0)
+    # __source names each record's object and its number there
+    wrong = con.execute(
+        "SELECT count(*) FROM s WHERE json_extract_string(__source, '$.key')"
+        f" <> 'in/part-' || (id // {PER_OBJECT}) || '.jsonl.gz'"
+        f" OR json_extract(__source, '$.record')::BIGINT <> id % {PER_OBJECT}"
+    ).fetchone()[0]
+    assert wrong == 0

@@ -127,7 +127,7 @@ def test_source_column_names_bucket_key_and_record(s3server, bucket):  # noqa: F
 def test_listing_is_in_key_order_with_prefix_and_pattern(s3server, bucket):  # noqa: F811
     fs = s3server.filesystem()
     for key in ["in/b.jsonl", "in/a.jsonl", "in/sub/c.jsonl", "in/x.csv", "out/d.jsonl",
-                "in2/e.jsonl", "_connectql_staging/in/f.jsonl"]:  # fmt: skip
+                "in2/e.jsonl", "_connectql/in/f.jsonl"]:  # fmt: skip
         put(fs, f"{bucket}/{key}", b"{}\n")
     where = place(s3server, bucket)
     keys = [o.key for o in list_objects(fs, where, Matcher("in/"))]

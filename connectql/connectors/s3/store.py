@@ -13,8 +13,8 @@ from pyarrow import fs as pafs
 
 from connectql.errors import ValidationError
 
-# keys under this prefix are the sink's staged objects, never read as data
-STAGING = "_connectql_staging/"
+# keys under this prefix are the sink's staged objects and progress, never read as data
+INTERNAL = "_connectql/"
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class Matcher:
         self._search = kind == "regex"
 
     def __call__(self, key: str) -> bool:
-        if not key.startswith(self.prefix) or key.startswith(STAGING):
+        if not key.startswith(self.prefix) or key.startswith(INTERNAL):
             return False
         if self._regex is None:
             return True

@@ -1,6 +1,6 @@
-"""The s3 source after kill -9: a `connectql run` worker killed (with its JVM) while it reads
-gzip jsonl objects in batches that end inside objects; a new worker on the same home resumes
-from the record its checkpoint reached, and the stream holds every record exactly once."""
+"""The s3 connectors after kill -9 of a `connectql run` worker (with its JVM): the source killed
+while it reads gzip jsonl objects in batches that end inside objects resumes from the record its
+checkpoint reached; the sink killed mid-batch writes each record once after the restart."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import json
 import signal
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 
 from connectql.catalog.streams import committed_files
@@ -106,3 +110,84 @@ def test_a_killed_worker_resumes_inside_an_object_and_emits_each_record_once(
         f" OR json_extract(__source, '$.record')::BIGINT <> id % {PER_OBJECT}"
     ).fetchone()[0]
     assert wrong == 0
+
+
+SINK_TOTAL, SINK_BATCH, SINK_OBJECT = 120_000, 20_000, 10_000
+
+SINK_SCRIPT = """
+CREATE SOURCE CONNECTOR IF NOT EXISTS gen FROM datagen INTO numbers WITH (
+  'rows.total' = {total}, 'rows.per.batch' = {per_batch},
+  fields = 'id BIGINT SEQUENCE, v DOUBLE RANDOM(0, 1)');
+CREATE SINK CONNECTOR IF NOT EXISTS out TO s3 FROM numbers WITH (
+  endpoint = '{endpoint}', region = 'us-east-1', bucket = '{bucket}', 'access.key' = '{access}',
+  'secret.key' = '{secret}', 'file.max.records' = {per_object});
+"""
+
+
+def sink_objects(fs, name: str) -> list[str]:
+    selector = pafs.FileSelector(f"{name}/numbers", recursive=True, allow_not_found=True)
+    return sorted(i.path for i in fs.get_file_info(selector) if i.type == pafs.FileType.File)
+
+
+def sink_rows(fs, name: str) -> int:
+    return sum(
+        pq.ParquetFile(fs.open_input_file(p)).metadata.num_rows for p in sink_objects(fs, name)
+    )
+
+
+def test_a_sink_killed_mid_batch_writes_each_record_once_after_a_restart(
+    tmp_path,
+    s3server,  # noqa: F811
+    bucket,  # noqa: F811
+):
+    fs, opts = s3server.filesystem(), s3server.options()
+    home, logs = tmp_path / "home", tmp_path / "logs"
+    logs.mkdir()
+    script = tmp_path / "out.sql"
+    script.write_text(
+        SINK_SCRIPT.format(
+            total=SINK_TOTAL,
+            per_batch=SINK_BATCH,
+            per_object=SINK_OBJECT,
+            endpoint=opts["endpoint"],
+            bucket=bucket,
+            access=opts["access.key"],
+            secret=opts["secret.key"],
+        )  # fmt: skip
+    )
+    first = start_worker(home, script, logs, "first")
+    try:
+
+        def some_written():
+            assert first.poll() is None, describe(logs, home, "first")
+            written = sink_rows(fs, bucket)
+            assert written < SINK_TOTAL, "the sink finished before the kill: make it slower"
+            return written > 0
+
+        wait_until(some_written, timeout=180, every=0.05, what="objects of the sink")
+    finally:
+        kill_everything(first)
+    assert 0 < sink_rows(fs, bucket) < SINK_TOTAL
+
+    second = start_worker(home, script, logs, "second")
+    try:
+
+        def complete():
+            assert second.poll() is None, describe(logs, home, "second")
+            return sink_rows(fs, bucket) >= SINK_TOTAL
+
+        wait_until(complete, timeout=300, every=0.5, what=f"{SINK_TOTAL} records in objects")
+        second.send_signal(signal.SIGINT)
+        assert second.wait(timeout=120) == 0, describe(logs, home, "second")
+    finally:
+        kill_everything(second)
+    ids = pa.concat_tables(
+        [pq.read_table(fs.open_input_file(p), columns=["id"]) for p in sink_objects(fs, bucket)]
+    ).column("id")
+    assert len(ids) == SINK_TOTAL
+    assert pc.count_distinct(ids).as_py() == SINK_TOTAL
+    assert (pc.min(ids).as_py(), pc.max(ids).as_py()) == (0, SINK_TOTAL - 1)
+    assert all(
+        len(p.rsplit("/", 1)[1]) == len("00000000000000000000.parquet")
+        for p in sink_objects(fs, bucket)
+    )

@@ -100,6 +100,16 @@ def test_each_format_reads_from_record_n_and_counts(s3server, bucket, name):  # 
     assert etag_of(meta)
 
 
+def test_csv_without_header_and_with_another_delimiter(s3server, bucket):  # noqa: F811
+    fs, fmt = s3server.filesystem(), Format("csv", header=False, delimiter=";")
+    put(fs, f"{bucket}/a.csv", b"1;x;0.5\n2;y;1.5\n")
+    found, _ = read(fs, f"{bucket}/a.csv", fmt, 0, 10)
+    assert [r for c in found for r in c.batch.to_pylist()] == [
+        {"id": 1, "name": "x", "v": 0.5},
+        {"id": 2, "name": "y", "v": 1.5},
+    ]
+
+
 def test_bad_records_are_set_apart_with_record_and_line(s3server, bucket):  # noqa: F811
     fs, fmt = s3server.filesystem(), Format("jsonl")
     lines = [json.dumps(ROWS[0]), "", "{not json", json.dumps(ROWS[1]), '{"id": "x"}']

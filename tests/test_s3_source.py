@@ -12,7 +12,7 @@ import pytest
 
 from connectql.errors import PlanError
 from tests.helpers import read_parquet_rows, run, wait_until
-from tests.s3server import bucket, s3server  # noqa: F401
+from tests.s3server import ACCESS_KEY, SECRET_KEY, bucket, s3server  # noqa: F401
 from tests.test_s3_io import jsonl, put
 
 pytestmark = pytest.mark.spark
@@ -111,6 +111,14 @@ def test_schema_is_inferred_from_the_first_object_at_create(worker, s3server, bu
         "`id` BIGINT, `name` STRING, `v` DOUBLE, `__source` STRING"
     )
     assert [r[0] for r in stream_rows(worker, "events")] == [0, 1]
+    shown = repr(
+        run(
+            worker,
+            f"DESCRIBE CONNECTOR landing; EXPLAIN CREATE SOURCE CONNECTOR x FROM s3 INTO y WITH ({opts})",
+        )
+    )
+    assert SECRET_KEY not in shown and ACCESS_KEY not in shown
+    assert "bucket" in shown
 
 
 def test_an_empty_prefix_without_schema_is_refused_naming_the_place(worker, s3server, bucket):  # noqa: F811

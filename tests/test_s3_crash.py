@@ -40,6 +40,37 @@ def in_stream(stream) -> int:
     return got[0][0] if got else 0
 
 
+def killed_once(home, script, logs, ready) -> None:
+    """A worker on `script`, killed with SIGKILL (with its JVM) once `ready()` is true."""
+    first = start_worker(home, script, logs, "first")
+    try:
+
+        def live_and_ready():
+            assert first.poll() is None, describe(logs, home, "first")
+            return ready()
+
+        wait_until(live_and_ready, timeout=180, every=0.05, what="work before the kill")
+    finally:
+        kill_everything(first)
+    assert first.returncode == -signal.SIGKILL
+
+
+def resumed_until(home, script, logs, done, what: str) -> None:
+    """A new worker on the same home and script until `done()`, then stopped with Ctrl-C."""
+    second = start_worker(home, script, logs, "second")
+    try:
+
+        def live_and_done():
+            assert second.poll() is None, describe(logs, home, "second")
+            return done()
+
+        wait_until(live_and_done, timeout=300, every=0.5, what=what)
+        second.send_signal(signal.SIGINT)
+        assert second.wait(timeout=120) == 0, describe(logs, home, "second")
+    finally:
+        kill_everything(second)
+
+
 def test_a_killed_worker_resumes_inside_an_object_and_emits_each_record_once(
     tmp_path,
     s3server,  # noqa: F811
@@ -67,34 +98,15 @@ def test_a_killed_worker_resumes_inside_an_object_and_emits_each_record_once(
     )
     stream = home / "streams/events"
 
-    first = start_worker(home, script, logs, "first")
-    try:
+    def some_committed():
+        count = in_stream(stream)
+        assert count < TOTAL, "the source finished before the kill: make it slower"
+        return count >= PER_BATCH
 
-        def some_committed():
-            assert first.poll() is None, describe(logs, home, "first")
-            count = in_stream(stream)
-            assert count < TOTAL, "the source finished before the kill: make it slower"
-            return count >= PER_BATCH
-
-        wait_until(some_committed, timeout=180, every=0.1, what="records in the stream")
-    finally:
-        kill_everything(first)
-    assert first.returncode == -signal.SIGKILL
+    killed_once(home, script, logs, some_committed)
     at_kill = in_stream(stream)
     assert 0 < at_kill < TOTAL and at_kill % PER_OBJECT != 0  # the kill left an object half read
-
-    second = start_worker(home, script, logs, "second")
-    try:
-
-        def complete():
-            assert second.poll() is None, describe(logs, home, "second")
-            return in_stream(stream) >= TOTAL
-
-        wait_until(complete, timeout=300, every=0.5, what=f"{TOTAL} records in the stream")
-        second.send_signal(signal.SIGINT)
-        assert second.wait(timeout=120) == 0, describe(logs, home, "second")
-    finally:
-        kill_everything(second)
+    resumed_until(home, script, logs, lambda: in_stream(stream) >= TOTAL, f"{TOTAL} records")
 
     con = duckdb.connect()
     con.execute(f"CREATE VIEW s AS SELECT * FROM read_parquet({committed_files(stream)!r})")
@@ -155,32 +167,16 @@ def test_a_sink_killed_mid_batch_writes_each_record_once_after_a_restart(
             secret=opts["secret.key"],
         )  # fmt: skip
     )
-    first = start_worker(home, script, logs, "first")
-    try:
 
-        def some_written():
-            assert first.poll() is None, describe(logs, home, "first")
-            written = sink_rows(fs, bucket)
-            assert written < SINK_TOTAL, "the sink finished before the kill: make it slower"
-            return written > 0
+    def some_written():
+        written = sink_rows(fs, bucket)
+        assert written < SINK_TOTAL, "the sink finished before the kill: make it slower"
+        return written > 0
 
-        wait_until(some_written, timeout=180, every=0.05, what="objects of the sink")
-    finally:
-        kill_everything(first)
+    killed_once(home, script, logs, some_written)
     assert 0 < sink_rows(fs, bucket) < SINK_TOTAL
-
-    second = start_worker(home, script, logs, "second")
-    try:
-
-        def complete():
-            assert second.poll() is None, describe(logs, home, "second")
-            return sink_rows(fs, bucket) >= SINK_TOTAL
-
-        wait_until(complete, timeout=300, every=0.5, what=f"{SINK_TOTAL} records in objects")
-        second.send_signal(signal.SIGINT)
-        assert second.wait(timeout=120) == 0, describe(logs, home, "second")
-    finally:
-        kill_everything(second)
+    done = lambda: sink_rows(fs, bucket) >= SINK_TOTAL  # noqa: E731
+    resumed_until(home, script, logs, done, f"{SINK_TOTAL} records in objects")
     ids = pa.concat_tables(
         [pq.read_table(fs.open_input_file(p), columns=["id"]) for p in sink_objects(fs, bucket)]
     ).column("id")

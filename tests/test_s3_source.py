@@ -32,6 +32,18 @@ def stream_rows(worker, stream: str) -> list[tuple]:
     return read_parquet_rows(path, "SELECT id, name, v, __source FROM t ORDER BY id") or []
 
 
+def progress(worker) -> tuple | None:
+    """The source's lag (objects left), and objects and bytes read to the end."""
+    found = worker.catalog.query(
+        "SELECT c.lag, o.committed_offset FROM connectors c JOIN connector_offsets o"
+        " ON o.connector = c.name WHERE c.name = 'landing'"
+    )[1]
+    if not found or not found[0][1]:
+        return None
+    committed = json.loads(found[0][1])
+    return found[0][0], committed["done"], committed["bytes"]
+
+
 def state(worker, name: str) -> str:
     return worker.catalog.get_connector(name).state
 
@@ -57,6 +69,9 @@ def test_objects_in_key_order_exactly_once_across_batches_ending_mid_object(
     sources = [json.loads(r[3]) for r in got]
     assert sources[6] == {"bucket": bucket, "key": "in/a.jsonl", "record": 6}
     assert sources[7] == {"bucket": bucket, "key": "in/b.jsonl.gz", "record": 0}
+    # progress where users look: objects (lag) and bytes read to the end, in the offsets
+    sizes = sum(fs.get_file_info(f"{bucket}/in/{k}").size for k in ("a.jsonl", "b.jsonl.gz"))
+    wait_until(lambda: progress(worker) == (0, 2, sizes), what="the progress of both objects")
     # a new object is picked up; a replaced one (another ETag) is read again as new
     put(fs, f"{bucket}/in/c.jsonl", jsonl(rows(12, 14)))
     put(fs, f"{bucket}/in/a.jsonl", jsonl(rows(20, 22)))

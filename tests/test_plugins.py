@@ -7,8 +7,11 @@ import sys
 
 import pytest
 
+from connectql.config import validate
 from connectql.connectors import registry
 from connectql.errors import PlanError
+from connectql.planner.plan import _spec_text
+from connectql.server import kafkaconnect
 from tests.helpers import run
 from tests.toolkit_connectors import written
 
@@ -54,6 +57,28 @@ def test_broken_plugins_are_listed_with_why_and_refused_at_create_only(plugins):
         match=r"connector type broken \(from fake-plugins 1.2.3\) cannot be used: cannot import",
     ):
         registry.lookup("broken", "source")
+
+
+def test_the_http_api_lists_and_validates_a_plugin_from_its_declaration(plugins):
+    listed = [p for p in kafkaconnect.plugins() if p["class"] == "counter"]
+    assert [(p["type"], p["version"], p["origin"]) for p in listed] == [
+        ("source", "1.2.3", "fake-plugins 1.2.3"),
+        ("sink", "1.2.3", "fake-plugins 1.2.3"),
+    ]
+    assert "broken" not in {p["class"] for p in kafkaconnect.plugins()}
+    answer = kafkaconnect.validate("counter-source", {"count": "many", "stream": "s"})
+    assert answer["error_count"] == 1
+    errors = {c["value"]["name"]: c["value"]["errors"] for c in answer["configs"]}
+    assert errors["count"] == ["option 'count' must be int, got 'many'"]
+
+
+def test_a_plugins_secret_option_is_never_in_its_plan(plugins):
+    plugin = registry.lookup("counter", "source")
+    given = {"count": 3, "token": "hunter2", "stream": "s"}
+    spec = plugin.plan_source(validate(plugin.source_options, given, "test"))
+    assert spec.options["connectql.toolkit.secret.token"] == "hunter2"  # a key Spark redacts
+    assert "hunter2" not in spec.options["connectql.toolkit.config"]
+    assert "hunter2" not in _spec_text(spec)
 
 
 @pytest.mark.spark

@@ -22,6 +22,7 @@ class Counter(Source):
         Option("bad", "int", 0, doc="every bad-th record does not parse (0: none)"),
         Option("flaky", doc="a file: while it exists, a read fails once with Retryable"),
         Option("tasks.max", "int", 1, doc="partitions per batch"),
+        Option("token", secret=True, doc="a secret the source never shows"),
     )
     lag_field = "n"
     retry_backoff_ms = 10

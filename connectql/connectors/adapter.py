@@ -50,6 +50,13 @@ def _secret(specs) -> set[str]:
     return {o.name for o in specs if o.secret}
 
 
+def _hidden(spark_options: dict[str, str]) -> tuple[str, ...]:
+    """The Spark option keys that carry secret values (EXPLAIN masks them)."""
+    from connectql.toolkit.spark import SECRET_PREFIX
+
+    return tuple(k for k in spark_options if k.startswith(SECRET_PREFIX))
+
+
 def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
     from connectql.toolkit.spark import MAX_RECORDS_KEY, ddl, spark_options
 
@@ -66,7 +73,7 @@ def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
         options,
         schema=schema,
         lag_field=connector.source.lag_field,
-        secret_options=tuple(sorted(_secret(connector.source.options))),
+        secret_options=_hidden(options),
         corrupt_column=DEAD_LETTER_COLUMN if tolerant else None,
     )
 
@@ -76,10 +83,11 @@ def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:
 
     where = f"{connector.type} sink"
     sink = _call(where, connector.sink, opts)
+    options = spark_options(connector.sink, opts, _secret(connector.sink.options))
     return WriterSpec(
         "connectql_toolkit",
-        spark_options(connector.sink, opts, _secret(connector.sink.options)),
-        secret_options=tuple(sorted(_secret(connector.sink.options))),
+        options,
+        secret_options=_hidden(options),
         check=lambda struct: _call(where, sink.check, arrow_schema(struct)),
     )
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from connectql.errors import PlanError
+from connectql.errors import ConnectQLError, PlanError
 from tests.helpers import read_parquet_rows, run, wait_until
 from tests.s3server import ACCESS_KEY, SECRET_KEY, bucket, s3server  # noqa: F401
 from tests.test_s3_io import jsonl, put
@@ -136,8 +136,11 @@ def test_schema_is_inferred_from_the_first_object_at_create(worker, s3server, bu
     assert "bucket" in shown
 
 
-def test_an_empty_prefix_without_schema_is_refused_naming_the_place(worker, s3server, bucket):  # noqa: F811
+def test_an_empty_prefix_or_a_missing_bucket_is_refused_naming_the_place(worker, s3server, bucket):  # noqa: F811
     opts = with_options(s3server, bucket, prefix="nothing/")
     with pytest.raises(PlanError, match=f"no object under prefix 'nothing/' in bucket {bucket}"):
         run(worker, f"CREATE SOURCE CONNECTOR landing FROM s3 INTO events WITH ({opts})")
+    missing = with_options(s3server, "no-such-bucket")
+    with pytest.raises(ConnectQLError, match="there is no bucket no-such-bucket at http://"):
+        run(worker, f"CREATE SOURCE CONNECTOR landing FROM s3 INTO events WITH ({missing})")
     assert not worker.catalog.has_connector("landing")

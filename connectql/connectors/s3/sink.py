@@ -8,7 +8,6 @@ import json
 from typing import Any
 
 import pyarrow as pa
-from pyarrow import fs as pafs
 
 from connectql.config import Option
 from connectql.connectors.s3.objects import (
@@ -20,7 +19,7 @@ from connectql.connectors.s3.objects import (
     pieces,
 )
 from connectql.connectors.s3.options import STORE_OPTIONS
-from connectql.connectors.s3.store import INTERNAL, place_of
+from connectql.connectors.s3.store import INTERNAL, place_of, require_bucket
 from connectql.errors import ValidationError
 from connectql.toolkit import Retryable, Sink
 
@@ -88,9 +87,7 @@ class S3Sink(Sink):
             raise ValidationError("s3 sink: file.max.records must be at least 1")
         if self.format.name == "avro":
             avro_schema(schema)
-        info = _io(lambda: self.fs.get_file_info(self.place.bucket), self.place.where())
-        if info.type == pafs.FileType.NotFound:
-            raise ValidationError(f"s3 sink: there is no bucket {self.place.where()}")
+        _io(lambda: require_bucket(self.fs, self.place, "s3 sink"), self.place.where())
 
     # -- executors ----------------------------------------------------------------------
     def stage(self, writer: str, batch_id: int, task: int, data: pa.Table) -> list[list]:

@@ -11,7 +11,13 @@ import pyarrow as pa
 
 from connectql.connectors.s3 import offsets, records
 from connectql.connectors.s3 import options as declared
-from connectql.connectors.s3.store import Listed, etag_of, head_etag, list_objects
+from connectql.connectors.s3.store import (
+    Listed,
+    etag_of,
+    head_etag,
+    list_objects,
+    require_bucket,
+)
 from connectql.errors import PermanentError, PlanError
 from connectql.toolkit import SOURCE, DeadLetter, Retryable, Source
 
@@ -47,7 +53,8 @@ class S3Source(Source):
         return self._fs
 
     def check(self) -> None:
-        self._listing()  # an unreachable server, a missing bucket or refused keys fail CREATE
+        self._listing()  # an unreachable server or refused keys fail CREATE
+        require_bucket(self.fs, self.s.place, "s3 source")
 
     def schema(self) -> str:
         given = self.options.get("schema")

@@ -124,3 +124,10 @@ def etag_of(metadata: dict) -> str:
 def head_etag(fs: pafs.FileSystem, place: Place, key: str) -> str:
     with fs.open_input_file(place.path(key)) as f:
         return etag_of(f.metadata())
+
+
+def require_bucket(fs: pafs.FileSystem, place: Place, who: str) -> None:
+    """A ValidationError naming the bucket and server when the bucket is not there (an
+    unreachable server or refused keys raise OSError)."""
+    if fs.get_file_info(place.bucket).type == pafs.FileType.NotFound:
+        raise ValidationError(f"{who}: there is no {place.where()}")

@@ -73,9 +73,11 @@ def connectql_run(server, prefix: str, total: int) -> float:
     worker = Worker(home)
     try:
         started = time.perf_counter()
-        worker.run_script(
-            f"CREATE SOURCE CONNECTOR landing FROM s3 INTO events WITH ({given}, run = 'once',"
-            " schema = 'id BIGINT, name STRING, v DOUBLE, ts TIMESTAMP')"
+        list(
+            worker.run_script(
+                f"CREATE SOURCE CONNECTOR landing FROM s3 INTO events WITH ({given}, run = 'once',"
+                " schema = 'id BIGINT, name STRING, v DOUBLE, ts TIMESTAMP')"
+            )
         )
         worker.wait_for_once()
         took = time.perf_counter() - started

@@ -3,7 +3,6 @@ micro-batch goes, and the ranges of records it reads."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 # An offset: {"objects": {key: {"etag", "size", "read", "total"}}, "done": objects read to the
@@ -94,15 +93,3 @@ def split(found: list[Range], tasks: int) -> list[list[Range]]:
         groups[i].append(r)
         sizes[i] += r.last - r.first
     return [sorted(g, key=lambda r: r.key.encode()) for g in groups if g]
-
-
-def pending(end: dict, listed: list, etag: Callable[[object], str | None]) -> tuple[int, int]:
-    """Objects and bytes of the listing not yet read to the end after `end` (`etag(listed)`
-    the object's known ETag, or None when it is new)."""
-    count = size = 0
-    for obj in listed:
-        known = end["objects"].get(obj.key)
-        tag = etag(obj)
-        if known is None or known["read"] < known["total"] or (tag and tag != known["etag"]):
-            count, size = count + 1, size + obj.size
-    return count, size

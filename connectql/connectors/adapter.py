@@ -29,10 +29,17 @@ def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
         source_options=_options(SOURCE_COMMON, MAX_RECORDS, *source.options) if source else None,
         sink_options=_options(SINK_COMMON, *sink.options) if sink else None,
         plan_source=(lambda opts: plan_source(connector, opts)) if source else None,
-        plan_sink=(lambda opts, stream=None: plan_sink(connector, opts)) if sink else None,
+        plan_sink=(lambda opts, stream=None: plan_sink(connector, _named(opts, stream)))
+        if sink
+        else None,
         delivery=sink.delivery if sink else "",
         origin=origin,
     )
+
+
+def _named(opts: dict[str, Any], stream) -> dict[str, Any]:
+    """A sink's options with `stream` naming the stream it reads (FROM stream)."""
+    return {**opts, "stream": stream.name} if stream is not None else opts
 
 
 def _options(common: dict[str, Option], *declared: Option) -> dict[str, Option]:

@@ -19,7 +19,7 @@ GROUP = "connectql.connectors"
 NOT_INSTALLED: dict[str, str] = {}
 ALIASES = {"mariadb": "mysql", "postgresql": "postgres"}
 # built-in connectors on the toolkit, as "module:OBJECT" naming a connectql.toolkit.Connector
-TOOLKIT_BUILTINS: tuple[str, ...] = ()
+TOOLKIT_BUILTINS: tuple[str, ...] = ("connectql.connectors.s3:CONNECTOR",)
 
 
 def plugins() -> dict[str, Plugin]:

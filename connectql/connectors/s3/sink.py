@@ -1,0 +1,150 @@
+"""The s3 sink on the connector toolkit: each task writes its rows as complete objects under a
+staging prefix; the batch's commit copies them to their names and records the batch, so a
+reader never sees a partial object and a replayed batch writes the same names and content."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from connectql.config import Option
+from connectql.connectors.s3.objects import (
+    COMPRESSIONS,
+    SINK_FORMATS,
+    ObjectFormat,
+    Template,
+    avro_schema,
+    pieces,
+)
+from connectql.connectors.s3.options import STORE_OPTIONS
+from connectql.connectors.s3.store import INTERNAL, place_of, require_bucket
+from connectql.errors import ValidationError
+from connectql.toolkit import Retryable, Sink
+
+SINK_OPTIONS = (
+    *STORE_OPTIONS.values(),
+    Option("prefix", default="", doc="put every object's name after this, e.g. 'out/'"),
+    Option(
+        "format",
+        "enum",
+        "parquet",
+        choices=SINK_FORMATS,
+        doc="object format: parquet, jsonl (one JSON object per line), csv (with a header) or avro",
+    ),
+    Option(
+        "compression",
+        "enum",
+        choices=COMPRESSIONS,
+        doc="parquet: none, snappy (default), gzip, zstd; jsonl and csv: none (default), gzip,"
+        " zstd (the name gets .gz or .zst); avro: none (default) or gzip (deflate)",
+    ),
+    Option(
+        "file.name.template",
+        default="{stream}/{partition}/{start_offset}.{ext}",
+        doc="object names: {stream}, {partition} (the writer task), {start_offset} (records the"
+        " sink wrote before the object, 20 digits), {batch} (micro-batch id), {ext}",
+    ),
+    Option(
+        "file.max.records",
+        "int",
+        doc="at most this many records per object; absent: one object per task and micro-batch"
+        " (objects roll at every micro-batch: trigger.interval sets how often)",
+    ),
+)
+
+
+class S3Sink(Sink):
+    """stage (executors) writes staged objects; commit (driver) names and publishes them."""
+
+    options = SINK_OPTIONS
+    delivery = "exactly-once"
+
+    def __init__(self, opts: dict[str, Any]):
+        super().__init__(opts)
+        self.place = place_of(opts)
+        default = "snappy" if opts["format"] == "parquet" else "none"
+        self.format = ObjectFormat(opts["format"], opts.get("compression") or default)
+        self.template = Template(opts["file.name.template"])
+        self.max_records = opts.get("file.max.records")
+        self.stream = opts.get("stream") or "stream"
+        self.prefix = opts.get("prefix") or ""
+        self._fs = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_fs": None}
+
+    @property
+    def fs(self):
+        if self._fs is None:
+            self._fs = self.place.filesystem()
+        return self._fs
+
+    def check(self, schema: pa.Schema) -> None:
+        self.format.check()
+        if self.max_records is not None and self.max_records < 1:
+            raise ValidationError("s3 sink: file.max.records must be at least 1")
+        if self.format.name == "avro":
+            avro_schema(schema)
+        _io(lambda: require_bucket(self.fs, self.place, "s3 sink"), self.place.where())
+
+    # -- executors ----------------------------------------------------------------------
+    def stage(self, writer: str, batch_id: int, task: int, data: pa.Table) -> list[list]:
+        """The task's rows as staged objects: [[staging key, records], ...]."""
+        staged = []
+        for n, piece in enumerate(pieces(data, self.max_records) if data.num_rows else []):
+            key = f"{self._home(writer)}/{batch_id}/{task:05d}-{n:05d}.{self.format.ext}"
+            with self.fs.open_output_stream(self.place.path(key)) as out:
+                self.format.write(out, piece)
+            staged.append([task, key, piece.num_rows])
+        return staged
+
+    # -- driver ---------------------------------------------------------------------------
+    def last_batch(self, writer: str) -> int | None:
+        return self._progress(writer)["batch"]
+
+    def commit(self, writer: str, batch_id: int, staged: list[Any]) -> None:
+        """Copy each staged object to its name, then record the batch: a kill in between
+        replays the batch, which copies the same objects to the same names again."""
+        offset = self._progress(writer)["records"]
+        for task, key, count in sorted(s for task_staged in staged for s in task_staged):
+            name = self.template.name(self.stream, task, offset, batch_id, self.format.ext)
+            _io(lambda k=key, n=name: self.fs.copy_file(self.place.path(k), self._target(n)), key)
+            offset += count
+        progress = json.dumps({"batch": batch_id, "records": offset}).encode()
+        with self.fs.open_output_stream(self.place.path(self._progress_key(writer))) as out:
+            out.write(progress)
+        self._drop(writer, batch_id)
+
+    def abort(self, writer: str, batch_id: int, staged: list[Any]) -> None:
+        self._drop(writer, batch_id)
+
+    def _target(self, name: str) -> str:
+        return self.place.path(self.prefix + name)
+
+    def _home(self, writer: str) -> str:
+        return f"{INTERNAL}{writer}"
+
+    def _progress_key(self, writer: str) -> str:
+        return f"{self._home(writer)}/progress.json"
+
+    def _progress(self, writer: str) -> dict:
+        path = self.place.path(self._progress_key(writer))
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return json.loads(f.read())
+        except FileNotFoundError:
+            return {"batch": None, "records": 0}
+
+    def _drop(self, writer: str, batch_id: int) -> None:
+        self.fs.delete_dir_contents(
+            self.place.path(f"{self._home(writer)}/{batch_id}"), missing_dir_ok=True
+        )
+
+
+def _io(call, what: str):
+    try:
+        return call()
+    except OSError as e:
+        raise Retryable(f"s3 sink: {what}: {e}") from None

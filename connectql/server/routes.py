@@ -231,10 +231,6 @@ class Routes:
     def metrics(self, req: Request):
         return 200, metrics.exposition(self.worker.catalog)
 
-    def openapi(self, req: Request):
-        from connectql.server.openapi import SPEC
-
-        return 200, SPEC
 
 
 def error_status(e: ConnectQLError) -> int:
@@ -264,5 +260,5 @@ ROUTES: list[tuple[str, str, str]] = [
     ("GET", "/streams", "streams"),
     ("GET", "/health", "health"),
     ("GET", "/metrics", "metrics"),
-    ("GET", "/openapi.json", "openapi"),
+    ("GET", "/openapi.json", "openapi"),  # generated and served by FastAPI
 ]

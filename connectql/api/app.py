@@ -1,0 +1,94 @@
+"""The FastAPI application over one Routes (the worker's endpoints): every route of ROUTES with
+its models, error answers as JSON, Swagger at /docs and Redoc at /redoc."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+from connectql.api import models
+from connectql.api.errors import answer, error_answer, match
+from connectql.api.guard import Guard
+from connectql.api.operations import ERRORS, OPERATIONS, openapi_extra
+from connectql.server.routes import ROUTES, ApiError, Routes
+from connectql.server.routes import Request as RouteRequest
+
+DESCRIPTION = (
+    "A connectql worker: connectors as Spark streaming queries, managed with SQL or Kafka"
+    " Connect's REST shapes. With a token, send Authorization: Bearer <token>."
+)
+
+
+def build(routes: Routes, token: str | None):
+    """The ASGI application: the token and body guard around the FastAPI app."""
+    app = FastAPI(title="connectql", version="1", description=DESCRIPTION, redirect_slashes=False)
+    for method, path, handler in ROUTES:
+        if handler != "openapi":  # FastAPI serves the generated document itself
+            _add(app, routes, method, path, handler)
+    app.add_exception_handler(HTTPException, not_routed)
+    return Guard(app, token)
+
+
+def _add(app: FastAPI, routes: Routes, method: str, path: str, handler: str) -> None:
+    summary, ok, model, extra = OPERATIONS[handler]
+    responses = {code: {"model": models.Error, "description": why} for code, why in ERRORS.items()}
+    text = model is None
+    if text:
+        responses[ok] = {"content": {"text/plain": {"schema": {"type": "string"}}}}
+    app.add_api_route(
+        path,
+        endpoint(getattr(routes, handler)),
+        methods=[method],
+        operation_id=handler,
+        summary=summary,
+        status_code=ok,
+        response_model=model,
+        response_class=PlainTextResponse if text else JSONResponse,
+        responses=responses,
+        openapi_extra=openapi_extra(path, extra),
+    )
+
+
+def endpoint(call):
+    """The route's endpoint: the handler run on a worker thread (it may wait for the statement
+    lock or the catalog), its (status, body) or error as the answer."""
+
+    async def run(request: Request):
+        req = RouteRequest(
+            request.method,
+            request.url.path,
+            dict(request.path_params),
+            query(request.url.query),
+            await request.body(),
+            request.headers.get("content-type", ""),
+        )
+        try:
+            status, body = await run_in_threadpool(call, req)
+        except Exception as e:
+            return error_answer(e, f"{request.method} {request.url.path}")
+        return answer(status, body)
+
+    return run
+
+
+def query(text: str) -> dict[str, str]:
+    """The query's parameters; a repeated one's values joined with commas, so that
+    ?expand=status&expand=info (Kafka Connect's form) reads as ?expand=status,info."""
+    out: dict[str, str] = {}
+    for key, value in parse_qsl(text, keep_blank_values=True):
+        out[key] = f"{out[key]},{value}" if key in out else value
+    return out
+
+
+async def not_routed(request: Request, exc: HTTPException):
+    """404 and 405 in connectql's words (405 naming the methods the path takes)."""
+    try:
+        match(request.method, request.url.path)
+    except ApiError as e:
+        return error_answer(e)
+    return answer(exc.status_code, {"error_code": exc.status_code, "message": str(exc.detail)})

@@ -3,10 +3,12 @@ its models, error answers as JSON, Swagger at /docs and Redoc at /redoc."""
 
 from __future__ import annotations
 
+import time
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import Histogram
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -27,14 +29,20 @@ DESCRIPTION = (
 def build(routes: Routes, token: str | None):
     """The ASGI application: the token and body guard around the FastAPI app."""
     app = FastAPI(title="connectql", version="1", description=DESCRIPTION, redirect_slashes=False)
+    latency = Histogram(
+        "connectql_http_request_duration_seconds",
+        "Time to answer an API request, by route.",
+        ["method", "route", "status"],
+        registry=routes.registry,
+    )
     for method, path, handler in ROUTES:
         if handler != "openapi":  # FastAPI serves the generated document itself
-            _add(app, routes, method, path, handler)
+            _add(app, routes, method, path, handler, latency)
     app.add_exception_handler(HTTPException, not_routed)
     return Guard(app, token)
 
 
-def _add(app: FastAPI, routes: Routes, method: str, path: str, handler: str) -> None:
+def _add(app: FastAPI, routes: Routes, method: str, path: str, handler: str, latency) -> None:
     summary, ok, model, extra = OPERATIONS[handler]
     responses = {code: {"model": models.Error, "description": why} for code, why in ERRORS.items()}
     text = model is None
@@ -42,7 +50,7 @@ def _add(app: FastAPI, routes: Routes, method: str, path: str, handler: str) -> 
         responses[ok] = {"content": {"text/plain": {"schema": {"type": "string"}}}}
     app.add_api_route(
         path,
-        endpoint(getattr(routes, handler)),
+        endpoint(getattr(routes, handler), lambda status: latency.labels(method, path, status)),
         methods=[method],
         operation_id=handler,
         summary=summary,
@@ -54,11 +62,17 @@ def _add(app: FastAPI, routes: Routes, method: str, path: str, handler: str) -> 
     )
 
 
-def endpoint(call):
+def endpoint(call, latency):
     """The route's endpoint: the handler run on a worker thread (it may wait for the statement
-    lock or the catalog), its (status, body) or error as the answer."""
+    lock or the catalog), its (status, body) or error as the answer; its time in `latency`."""
 
     async def run(request: Request):
+        started = time.perf_counter()
+        response = await answered(request)
+        latency(str(response.status_code)).observe(time.perf_counter() - started)
+        return response
+
+    async def answered(request: Request):
         req = RouteRequest(
             request.method,
             request.url.path,

@@ -1,0 +1,73 @@
+"""The FastAPI application without Spark: over a real catalog (a worker's only part these routes
+read), its generated OpenAPI document, its docs pages, HEAD, 405 with Allow, the token, and the
+request latencies /metrics adds per route."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from connectql.api.app import build
+from connectql.catalog.store import Catalog
+from connectql.server.routes import ROUTES, Routes
+
+
+@dataclass
+class CatalogOnly:
+    home: Path
+    catalog: Catalog
+
+
+@pytest.fixture
+def routes(tmp_path):
+    catalog = Catalog(tmp_path / "c.duckdb")
+    yield Routes(CatalogOnly(tmp_path, catalog), "test")
+    catalog.close()
+
+
+def test_the_openapi_document_is_generated_from_the_routes(routes):
+    client = TestClient(build(routes, None))
+    spec = client.get("/openapi.json").json()
+    served = {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops}
+    assert served == {(m, p) for m, p, handler in ROUTES if handler != "openapi"}
+    pause = spec["paths"]["/connectors/{name}/pause"]["put"]
+    assert pause["operationId"] == "pause" and "202" in pause["responses"]
+    assert spec["components"]["schemas"]["ConnectorStatus"]["required"] == [
+        "name",
+        "connector",
+        "tasks",
+        "type",
+    ]
+    for page in ("/docs", "/redoc"):
+        got = client.get(page)
+        assert got.status_code == 200 and "openapi.json" in got.text
+
+
+def test_head_405_and_token_answer_as_the_old_server_did(routes):
+    client = TestClient(build(routes, "xyz"))
+    assert client.get("/health").status_code == 401
+    auth = {"Authorization": "Bearer xyz"}
+    head = client.head("/health", headers=auth)
+    assert head.status_code == 200 and head.content == b""
+    assert int(head.headers["content-length"]) > 0
+    refused = client.put("/health", headers=auth)
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET"
+    assert refused.json() == {
+        "error_code": 405,
+        "message": "PUT is not allowed on /health; use GET",
+    }
+
+
+def test_metrics_time_each_route(routes):
+    client = TestClient(build(routes, None))
+    for _ in range(3):
+        assert client.get("/health/").status_code == 200
+    assert client.get("/connectors/ghost").status_code == 404
+    text = client.get("/metrics").text
+    assert "connectql_connectors 0.0\n" in text
+    count = "connectql_http_request_duration_seconds_count"
+    assert f'{count}{{method="GET",route="/health",status="200"}} 3.0\n' in text
+    assert f'{count}{{method="GET",route="/connectors/{{name}}",status="404"}} 1.0\n' in text

@@ -107,3 +107,18 @@ class Health(Open):
     home: str
     connectors: dict[str, int]
     failed: list[str]
+
+
+class Version(Open):
+    version: str
+    commit: str
+    kafka_cluster_id: str | None
+
+
+class TaskInfo(Open):
+    id: Task
+    config: dict[str, Any]
+
+
+class Topics(Open):
+    topics: list[str]

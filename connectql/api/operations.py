@@ -24,6 +24,14 @@ _NAME = {
     "description": "the connector's name",
 }
 
+_TASK = {
+    "name": "task",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 0},
+    "description": "the task's number (a partition of the connector's query)",
+}
+
 
 def plugin_names() -> list[str]:
     """Each installed type as `type-kind`, and bare where it has one kind only: the names that
@@ -98,6 +106,43 @@ _VALIDATE_BODY = {
     }
 }
 
+_CONFIG_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _CONFIG, "example": {"rows.per.second": 10}}},
+    }
+}
+_OFFSETS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"offsets": {"type": "array", "items": {"type": "object"}}},
+                    "required": ["offsets"],
+                },
+                "example": {"offsets": [{"partition": {"connector": "gen"}, "offset": None}]},
+            }
+        },
+    }
+}
+_RESTART = {
+    "parameters": [
+        {
+            "name": flag,
+            "in": "query",
+            "required": False,
+            "schema": {"type": "boolean"},
+            "description": why,
+        }
+        for flag, why in (
+            ("includeTasks", "taken and ignored: a connector's tasks restart with it"),
+            ("onlyFailed", "restart only a connector that failed"),
+        )
+    ]
+}
+
 # handler -> (summary, success status, success model (None: Prometheus text), extra fields)
 OPERATIONS: dict[str, tuple[str, int, Any, dict]] = {
     "list_connectors": (
@@ -123,7 +168,7 @@ OPERATIONS: dict[str, tuple[str, int, Any, dict]] = {
     ),
     "pause": ("Pause a connector; its offsets are kept", 202, models.ActionDone, {}),
     "resume": ("Resume a paused connector from its checkpoint", 202, models.ActionDone, {}),
-    "restart": ("Restart a connector from its checkpoint", 202, models.ActionDone, {}),
+    "restart": ("Restart a connector from its checkpoint", 202, models.ActionDone, _RESTART),
     "get_offsets": ("A connector's committed and latest offsets", 200, models.Offsets, {}),
     "reset_offsets": (
         "Forget a paused, failed or finished connector's offsets (RESET ... OFFSETS)",
@@ -131,6 +176,42 @@ OPERATIONS: dict[str, tuple[str, int, Any, dict]] = {
         models.Message,
         {},
     ),
+    "root": ("Version info, as Kafka Connect's GET /", 200, models.Version, {}),
+    "put_config": (
+        "Create the connector, or set the options that differ (ALTER CONNECTOR); 201 when created",
+        200,
+        models.ConnectorInfo,
+        _CONFIG_BODY,
+    ),
+    "patch_config": (
+        "Set some options (ALTER CONNECTOR)",
+        200,
+        models.ConnectorInfo,
+        _CONFIG_BODY,
+    ),
+    "get_tasks": (
+        "A connector's tasks: the partitions of its query",
+        200,
+        list[models.TaskInfo],
+        {},
+    ),
+    "get_task_status": ("A task's state: its connector's", 200, models.TaskState, {}),
+    "restart_task": ("Restart a task: its connector's query", 202, models.ActionDone, {}),
+    "stop": ("Stop a connector (PAUSE: its offsets are kept)", 202, models.ActionDone, {}),
+    "get_topics": ("The stream a connector reads or writes", 200, dict[str, models.Topics], {}),
+    "reset_topics": (
+        "Nothing to reset: a connector's streams are its statement's",
+        200,
+        models.Message,
+        {},
+    ),
+    "patch_offsets": (
+        "Reset a connector's offsets (every offset null); setting a value is refused",
+        200,
+        models.Message,
+        _OFFSETS_BODY,
+    ),
+    "plugin_config": ("A type's declared options", 200, list[dict[str, Any]], {}),
     "list_plugins": ("Installed connector types, one entry per kind", 200, list[models.Plugin], {}),
     "validate_config": (
         "Check a config against a type's declared options",
@@ -162,6 +243,8 @@ ERRORS = {
 
 def openapi_extra(path: str, extra: dict) -> dict:
     """The operation's parameters and body as FastAPI cannot infer them."""
-    params = [p for p, token in ((_NAME, "{name}"), (None, "{type}")) if token in path]
-    params = [p or _type() for p in params] + extra.get("parameters", [])
+    params = [_NAME] if "{name}" in path else []
+    params += [_type()] if "{type}" in path else []
+    params += [_TASK] if "{task}" in path else []
+    params += extra.get("parameters", [])
     return {**extra, "parameters": params}

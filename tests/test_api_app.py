@@ -1,9 +1,16 @@
 """The FastAPI application without Spark: over a real catalog (a worker's only part these routes
 read), its generated OpenAPI document, its docs pages, HEAD, 405 with Allow, the token, and the
-request latencies /metrics adds per route."""
+request latencies /metrics adds per route; and TLS on uvicorn."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import ssl
+import subprocess
+import threading
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +18,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from connectql.api.app import build
+from connectql.api.serve import ApiServer, Tls
 from connectql.catalog.store import Catalog
+from connectql.errors import ConnectQLError
 from connectql.server.routes import ROUTES, Routes
 
 
@@ -71,3 +80,33 @@ def test_metrics_time_each_route(routes):
     count = "connectql_http_request_duration_seconds_count"
     assert f'{count}{{method="GET",route="/health",status="200"}} 3.0\n' in text
     assert f'{count}{{method="GET",route="/connectors/{{name}}",status="404"}} 1.0\n' in text
+
+
+def test_tls_serves_https_with_the_given_certificate(routes, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+         "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    with pytest.raises(ConnectQLError, match="needs both --tls-cert and --tls-key"):
+        Tls.of(str(cert), None)
+    with pytest.raises(ConnectQLError, match="cannot use --tls-cert"):
+        Tls.of(str(key), str(key))
+    httpd = ApiServer(("127.0.0.1", 0), routes, None, Tls.of(str(cert), str(key)))
+    thread = threading.Thread(target=httpd.serve_forever)
+    thread.start()
+    try:
+        url = f"https://127.0.0.1:{httpd.server_address[1]}/health"
+        trusted = ssl.create_default_context(cafile=str(cert))
+        with urllib.request.urlopen(url, timeout=30, context=trusted) as resp:
+            assert json.load(resp)["status"] == "ok"
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            urllib.request.urlopen(url, timeout=30)  # a certificate nobody vouched for
+        with pytest.raises((http.client.HTTPException, OSError)):
+            urllib.request.urlopen(url.replace("https", "http"), timeout=30).read()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(30)

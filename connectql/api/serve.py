@@ -9,9 +9,11 @@ import contextlib
 import ipaddress
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
@@ -43,6 +45,29 @@ def check_host(host: str, token: str | None) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Tls:
+    """The server's certificate chain and private key (PEM files)."""
+
+    cert: str
+    key: str
+
+    @staticmethod
+    def of(cert: str | None, key: str | None) -> Tls | None:
+        """Both files, checked now (a bad one is named before anything starts), or neither."""
+        if not cert and not key:
+            return None
+        if not cert or not key:
+            raise ConnectQLError("TLS needs both --tls-cert and --tls-key")
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConnectQLError(
+                f"cannot use --tls-cert {cert} with --tls-key {key}: {getattr(e, 'strerror', None) or e}"
+            ) from None
+        return Tls(cert, key)
+
+
 class Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol, whose answer to a request it cannot parse (a Content-Length
     that is not a number, ...) is the API's JSON error naming what is wrong, not plain text."""
@@ -63,7 +88,9 @@ class ApiServer:
     """The app of `routes` on uvicorn, listening on `address` from the start (port 0: any free
     one, then in server_address); serve_forever until shutdown (from another thread)."""
 
-    def __init__(self, address: tuple[str, int], routes: Routes, token: str | None):
+    def __init__(
+        self, address: tuple[str, int], routes: Routes, token: str | None, tls: Tls | None = None
+    ):
         self.socket = listen(*address)
         self.server_address = self.socket.getsockname()[:2]
         config = uvicorn.Config(
@@ -74,6 +101,8 @@ class ApiServer:
             access_log=False,
             timeout_keep_alive=IDLE_S,
             timeout_graceful_shutdown=5,
+            ssl_certfile=tls.cert if tls else None,
+            ssl_keyfile=tls.key if tls else None,
         )
         self.uvicorn = uvicorn.Server(config)
         self.stopped = threading.Event()
@@ -106,13 +135,14 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 @contextlib.contextmanager
-def serving(worker, host: str, port: int, token: str | None):
-    """The API of `worker` on host:port while the block runs, its address in the home's
-    server.json (so other commands find it); yields (url, the routes' statement lock)."""
+def serving(worker, host: str, port: int, token: str | None, tls: Tls | None = None):
+    """The API of `worker` on host:port (over TLS when `tls` names a certificate and key) while
+    the block runs, its address in the home's server.json (so other commands find it); yields
+    (url, the routes' statement lock)."""
     routes = Routes(worker, f"{host}:{port}")
-    httpd = ApiServer((host, port), routes, token)
-    url = write_address(worker.home, host, httpd.server_address[1])
-    routes.worker_id = url.removeprefix("http://")
+    httpd = ApiServer((host, port), routes, token, tls)
+    url = write_address(worker.home, host, httpd.server_address[1], "https" if tls else "http")
+    routes.worker_id = url.split("://", 1)[1]
     thread = threading.Thread(target=httpd.serve_forever, name="connectql-api", daemon=True)
     thread.start()
     try:
@@ -124,7 +154,9 @@ def serving(worker, host: str, port: int, token: str | None):
         thread.join(10)
 
 
-def serve(home: Path, host: str, port: int, token: str | None, say=print) -> None:
+def serve(
+    home: Path, host: str, port: int, token: str | None, say=print, tls: Tls | None = None
+) -> None:
     """Run a worker on `home` behind the API until SIGINT/SIGTERM; every connector whose desired
     state is running is started again from its checkpoint first."""
     from connectql.server.worker import Worker
@@ -132,7 +164,7 @@ def serve(home: Path, host: str, port: int, token: str | None, say=print) -> Non
     check_host(host, token)
     worker = Worker(home)  # takes the home's lock: a second worker is refused, naming the first
     try:
-        with serving(worker, host, port, token) as (url, statements):
+        with serving(worker, host, port, token, tls) as (url, statements):
             say(f"connectql server on {url} (home {worker.home})")
             with statements:
                 resumed = worker.resume_all()

@@ -7,7 +7,7 @@ import time
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import Histogram
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -15,6 +15,7 @@ from starlette.requests import Request
 
 from connectql.api import models
 from connectql.api.errors import answer, error_answer, match
+from connectql.api.events import feed
 from connectql.api.guard import Guard
 from connectql.api.operations import ERRORS, OPERATIONS, openapi_extra
 from connectql.server.routes import ROUTES, ApiError, Routes
@@ -38,7 +39,17 @@ def build(routes: Routes, token: str | None):
     for method, path, handler in ROUTES:
         if handler != "openapi":  # FastAPI serves the generated document itself
             _add(app, routes, method, path, handler, latency)
+    app.add_api_route(
+        "/events",
+        feed(routes),
+        methods=["GET"],
+        operation_id="events",
+        summary="Connector state changes and progress as Server-Sent Events (?interval= s)",
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+    )
     app.add_exception_handler(HTTPException, not_routed)
+    app.add_exception_handler(ApiError, lambda request, e: error_answer(e))
     return Guard(app, token)
 
 

@@ -70,6 +70,8 @@ def test_head_405_and_token_answer_as_the_old_server_did(routes):
         "error_code": 405,
         "message": "PUT is not allowed on /health; use GET",
     }
+    events = client.post("/events", headers=auth)
+    assert events.status_code == 405 and events.headers["allow"] == "GET"
 
 
 def test_metrics_time_each_route(routes):

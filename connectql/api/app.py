@@ -115,5 +115,9 @@ async def not_routed(request: Request, exc: HTTPException):
     try:
         match(request.method, request.url.path)
     except ApiError as e:
-        return error_answer(e)
-    return answer(exc.status_code, {"error_code": exc.status_code, "message": str(exc.detail)})
+        if not (e.status == 404 and exc.status_code == 405):  # else a route beside ROUTES
+            return error_answer(e)
+    allow = (exc.headers or {}).get("Allow", "")
+    message = f"{request.method} is not allowed on {request.url.path}; use {allow}"
+    body = {"error_code": exc.status_code, "message": message if allow else str(exc.detail)}
+    return answer(exc.status_code, body, exc.headers)

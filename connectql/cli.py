@@ -178,11 +178,12 @@ def _name(name: str, what: str = "connector") -> str:
 
 
 def cmd_server(args) -> int:
-    from connectql.server.api import serve
+    from connectql.api.serve import Tls, serve
     from connectql.server.client import token
 
+    tls = Tls.of(args.tls_cert, args.tls_key)
     try:
-        serve(home_of(args.home), args.host, args.port, token(args.token_file), say=console.print)
+        serve(home_of(args.home), args.host, args.port, token(args.token_file), console.print, tls)
     except KeyboardInterrupt:  # SIGINT/SIGTERM is how a server stops: serve has shut it down
         pass
     return 0
@@ -284,6 +285,8 @@ def parser() -> argparse.ArgumentParser:
     for command in (server, start):
         command.add_argument("--host", default="127.0.0.1", help="address (127.0.0.1)")
         command.add_argument("--port", type=int, default=8083, help="port (8083; 0: any free)")
+    server.add_argument("--tls-cert", help="serve HTTPS with this certificate chain (PEM)")
+    server.add_argument("--tls-key", help="the certificate's private key (PEM)")
     server.set_defaults(func=cmd_server)
     start.add_argument("--timeout", type=float, default=180, help="seconds to wait (180)")
     start.set_defaults(func=cmd_start)

@@ -2,7 +2,8 @@
 gets generated requests (its examples, the coverage phase's boundary and invalid cases, the
 fuzzing phase's random valid and invalid ones) and none may get a 5xx; responses must have a
 documented status, content type and schema, undeclared methods a 405 with Allow, invalid
-requests a 4xx and valid ones no 400 (except where validity is beyond the schema: SQL text).
+requests a 4xx and valid ones no 400 (except where validity is beyond the schema: SQL text, a
+connector's config).
 
 The server is a real process on a temporary home holding one connector, EXISTING: a paused
 datagen source that makes only a few rows when resumed, so fuzzing costs little CPU. Half the
@@ -51,7 +52,9 @@ CHECKS = [
     "negative_data_rejection",
     "positive_data_acceptance",
 ]
-FREE_TEXT = ("create_connector", "sql")  # any text is a valid body; only the parser knows SQL
+# bodies whose validity is beyond the schema: any text (only the parser knows SQL), a config
+# (only the connector type's option spec knows its keys)
+FREE_TEXT = ("create_connector", "sql", "put_config", "patch_config")
 OPERATIONS = [(m, p, handler) for m, p, handler in ROUTES if handler != "openapi"]
 
 

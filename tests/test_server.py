@@ -365,6 +365,54 @@ def test_a_refused_request_leaves_the_connection_usable(server):
             conn.close()
 
 
+def test_kafka_connect_clients_drive_every_endpoint(server):
+    """Each endpoint as Kafka Connect's REST API documentation shows it, on a paused source."""
+    assert server.ok("GET", "/")["version"]
+    config = {
+        "connector.class": "datagen",
+        "stream": "k7s",
+        "rows.total": "10",
+        "run": "once",
+        "initial.state": "paused",
+        "fields": "id BIGINT SEQUENCE",
+    }
+    # PUT config: create, then an idempotent apply, then a change
+    created = server.ok("PUT", "/connectors/k7/config", config, status=201)
+    assert created["name"] == "k7" and created["type"] == "source"
+    assert server.ok("PUT", "/connectors/k7/config", config)["config"]["rows.total"] == "10"
+    changed = server.ok("PUT", "/connectors/k7/config", {**config, "rows.total": "20"})
+    assert changed["config"]["rows.total"] == "20"
+    patched = server.ok("PATCH", "/connectors/k7/config", {"rows.total": "30"})
+    assert patched["config"]["rows.total"] == "30" and patched["config"]["run"] == "once"
+    got, refused = server.call("PATCH", "/connectors/k7/config", {"connector.class": "file"})
+    assert got == 400 and "drop and re-create" in refused["message"]
+
+    tasks = server.ok("GET", "/connectors/k7/tasks")
+    assert [t["id"] for t in tasks] == [{"connector": "k7", "task": 0}]
+    assert tasks[0]["config"]["rows.total"] == "30"
+    assert server.ok("GET", "/connectors/k7/tasks/0/status")["state"] == "PAUSED"
+    assert server.call("GET", "/connectors/k7/tasks/3/status")[0] == 404
+    assert server.ok("GET", "/connectors/k7/topics") == {"k7": {"topics": ["k7s"]}}
+    assert "no set of active topics" in server.ok("PUT", "/connectors/k7/topics/reset")["message"]
+    assert server.ok("PUT", "/connectors/k7/stop", status=202)["connector"]["state"] == "PAUSED"
+
+    offsets = {"offsets": [{"partition": {"connector": "k7"}, "offset": {"seq": 5}}]}
+    got, refused = server.call("PATCH", "/connectors/k7/offsets", offsets)
+    assert got == 400 and "can only reset" in refused["message"]
+    offsets["offsets"][0]["offset"] = None
+    assert server.ok("PATCH", "/connectors/k7/offsets", offsets)["message"]
+
+    kept = server.ok("POST", "/connectors/k7/restart?includeTasks=true&onlyFailed=true", status=202)
+    assert "has not failed" in kept["message"] and kept["connector"]["state"] == "PAUSED"
+    assert server.call("POST", "/connectors/k7/restart?onlyFailed=maybe")[0] == 400
+    server.ok("POST", "/connectors/k7/tasks/0/restart", status=202)
+    wait_for_state(server, "k7", "FINISHED")
+
+    definitions = server.ok("GET", "/connector-plugins/datagen/config")
+    assert {"rows.total", "fields"} <= {d["name"] for d in definitions}
+    server.ok("DELETE", "/connectors/k7")
+
+
 # ------------------------------------------------------------------ 3. the CLI
 
 

@@ -62,8 +62,8 @@ def held_by(home: Path) -> str:
     )
 
 
-def write_address(home: Path, host: str, port: int) -> str:
-    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+def write_address(home: Path, host: str, port: int, scheme: str = "http") -> str:
+    url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
     tmp = home / (ADDRESS_FILE + ".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "host": host, "port": port, "url": url}))
     os.replace(tmp, home / ADDRESS_FILE)

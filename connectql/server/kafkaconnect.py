@@ -216,3 +216,79 @@ def _shown(name: str, value: Any, secret: bool) -> Any:
     if value is None:
         return None
     return MASK if secret else str(redact_value(name, value))
+
+
+def version() -> dict[str, Any]:
+    """GET /: Kafka Connect's version info; connectql has no Kafka cluster."""
+    from connectql import __version__
+
+    return {"version": __version__, "commit": "connectql", "kafka_cluster_id": None}
+
+
+def changes(entry: ConnectorEntry, body: Any, partial: bool = False) -> dict[str, Any]:
+    """The options of a PUT (whole config) or PATCH (some keys) config body that differ from
+    the connector's; connector.class and the stream must stay as they are."""
+    if not isinstance(body, dict):
+        raise ValidationError("the body must be a JSON object of config keys and values")
+    config = {str(k).lower(): v for k, v in body.items()}
+    if any(v is None for v in config.values()):
+        raise ValidationError("a config value cannot be null: connectql has no option removal")
+    check_values(config)
+    config.pop("name", None)
+    config.pop("initial.state", None)  # how CREATE left it; PAUSE and RESUME change it since
+    cls = config.pop("connector.class", None)
+    if cls is not None and _split(str(cls))[0] != _split(entry.type)[0]:
+        raise ValidationError(
+            f"connector '{entry.name}' is a {entry.type} connector, not {cls}: drop and re-create it"
+        )
+    stream = config.pop("topics", None) or config.pop("stream", None)
+    if stream is not None and str(stream) != entry.stream:
+        raise ValidationError(
+            f"connector '{entry.name}' uses stream '{entry.stream}', not '{stream}':"
+            " drop and re-create it"
+        )
+    if not partial and config.get("transform", entry.select_sql) != entry.select_sql:
+        raise ValidationError("transform cannot be changed: drop and re-create the connector")
+    config.pop("transform", None)
+    return {
+        k: v
+        for k, v in config.items()
+        if v != MASK and (k not in entry.options or str(entry.options[k]) != str(v))
+    }
+
+
+def tasks(entry: ConnectorEntry) -> list[dict[str, Any]]:
+    """GET /connectors/{name}/tasks: a task is a partition of the connector's one query."""
+    return [
+        {"id": {"connector": entry.name, "task": i}, "config": config(entry)}
+        for i in range(entry.tasks or 1)
+    ]
+
+
+def restart_flags(query: dict[str, str]) -> dict[str, bool]:
+    """restart's ?includeTasks= and ?onlyFailed= (true or false; false when left out)."""
+    flags = {}
+    for name in ("includeTasks", "onlyFailed"):
+        value = query.get(name, "false").lower()
+        if value not in ("true", "false"):
+            raise ValidationError(f"{name} takes true or false, not {query[name]!r}")
+        flags[name] = value == "true"
+    return flags
+
+
+def offsets_reset(body: Any) -> None:
+    """ValidationError unless the body is {"offsets": [...]} with every offset null: connectql
+    forgets a connector's offsets, it cannot set them to a value."""
+    given = body.get("offsets") if isinstance(body, dict) else None
+    if not isinstance(given, list) or not all(isinstance(o, dict) for o in given):
+        raise ValidationError('the body must be {"offsets": [{"partition": ..., "offset": null}]}')
+    if any(o.get("offset") is not None for o in given):
+        raise ValidationError(
+            "connectql can only reset a connector's offsets (every offset null), not set them"
+            " to a value: its checkpoint is Spark's, not Kafka Connect's offsets topic"
+        )
+
+
+def plugin_config(type_name: str) -> list[dict[str, Any]]:
+    """GET /connector-plugins/{type}/config: the type's declared options, as definitions."""
+    return [c["definition"] for c in validate(type_name, {})["configs"] if c["definition"]]

@@ -1,7 +1,10 @@
-"""GET /metrics: each connector's rows, rate, lag, last batch duration, restarts and state in
-Prometheus's text exposition format, read from the catalog in one query."""
+"""GET /metrics: each connector's rows, rate, lag, last batch duration, restarts and state, read
+from the catalog in one query per scrape, through prometheus-client."""
 
 from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from connectql.catalog import states
 
@@ -62,39 +65,50 @@ SELECT c.name, c.kind, c.type, c.state, c.rows_total, c.rows_written, c.rows_fil
 FROM connectors c ORDER BY c.name"""
 
 
-def exposition(catalog) -> str:
-    cols, rows = catalog.query(METRICS_SQL)
-    records = [dict(zip(cols, r, strict=True)) for r in rows]
-    lines = [
-        "# HELP connectql_connectors Connectors in the catalog.",
-        "# TYPE connectql_connectors gauge",
-        f"connectql_connectors {len(records)}",
-    ]
-    for metric, kind, doc, column in SERIES:
-        lines += [f"# HELP {metric} {doc}", f"# TYPE {metric} {kind}"]
-        lines += [
-            f"{metric}{_labels(r)} {_number(r[column])}" for r in records if r[column] is not None
-        ]
-    lines += [
-        "# HELP connectql_connector_state 1 for the connector's current state, 0 for the others.",
-        "# TYPE connectql_connector_state gauge",
-    ]
-    lines += [
-        f"connectql_connector_state{_labels(r, state=s)} {int(r['state'] == s)}"
-        for r in records
-        for s in states.STATES
-    ]
-    return "\n".join(lines) + "\n"
+class CatalogCollector:
+    """Every scrape reads the catalog once: per connector the SERIES and its state."""
+
+    def __init__(self, catalog):
+        self.catalog = catalog
+
+    def collect(self):
+        cols, rows = self.catalog.query(METRICS_SQL)
+        records = [dict(zip(cols, r, strict=True)) for r in rows]
+        yield GaugeMetricFamily(
+            "connectql_connectors", "Connectors in the catalog.", value=len(records)
+        )
+        for metric, kind, doc, column in SERIES:
+            family = _FAMILIES[kind](metric, doc, labels=LABELS)
+            for r in records:
+                if r[column] is not None:
+                    family.add_metric(_labels(r), float(r[column]))
+            yield family
+        state = GaugeMetricFamily(
+            "connectql_connector_state",
+            "1 for the connector's current state, 0 for the others.",
+            labels=[*LABELS, "state"],
+        )
+        for r in records:
+            for s in states.STATES:
+                state.add_metric([*_labels(r), s], int(r["state"] == s))
+        yield state
 
 
-def _labels(r: dict, **extra: str) -> str:
-    pairs = {"connector": r["name"], "kind": r["kind"], "type": r["type"], **extra}
-    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in pairs.items()) + "}"
+LABELS = ["connector", "kind", "type"]
+_FAMILIES = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily}
 
 
-def _escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _labels(r: dict) -> list[str]:
+    return [str(r["name"]), str(r["kind"]), str(r["type"])]
 
 
-def _number(v) -> str:
-    return repr(float(v)) if isinstance(v, float) else str(int(v))
+def registry(catalog) -> CollectorRegistry:
+    """A registry of the catalog's series, to which the API adds its request latencies."""
+    found = CollectorRegistry()
+    found.register(CatalogCollector(catalog))
+    return found
+
+
+def exposition(catalog, where: CollectorRegistry | None = None) -> str:
+    """Prometheus's text format of `where` (else of the catalog alone)."""
+    return generate_latest(where or registry(catalog)).decode()

@@ -56,6 +56,7 @@ STATUS_SQL = (
 class Routes:
     def __init__(self, worker, worker_id: str):
         self.worker, self.worker_id = worker, worker_id
+        self.registry = metrics.registry(worker.catalog)  # the API adds its latencies to it
         # The worker runs one statement at a time; reads of the catalog need no turn.
         self.statements = threading.Lock()
 
@@ -149,6 +150,12 @@ class Routes:
         return self._action(req, "resume")
 
     def restart(self, req: Request):
+        """?onlyFailed=true restarts only a failed connector; includeTasks changes nothing (its
+        tasks are its one query's partitions, restarted with it)."""
+        entry = self.entry(req.params["name"])
+        if kafkaconnect.restart_flags(req.query)["onlyFailed"] and entry.state != states.FAILED:
+            message = f"connector '{entry.name}' has not failed: not restarted"
+            return 202, {"message": message, **self.status_of(entry)}
         return self._action(req, "restart")
 
     def delete_connector(self, req: Request):
@@ -169,6 +176,75 @@ class Routes:
         entry = self.entry(req.params["name"])
         result = self.run(ast.ConnectorAction("reset_offsets", entry.name))
         return 200, {"message": result.message}
+
+    # ------------------------------------------------------------------ the rest of Kafka Connect
+    def root(self, req: Request):
+        return 200, kafkaconnect.version()
+
+    def put_config(self, req: Request):
+        """Create-or-update, as deployment tools apply a config: created (201) when missing;
+        else the options that differ are set with ALTER CONNECTOR (none differ: nothing runs)."""
+        name, body = req.params["name"], req.json()
+        if not self.worker.catalog.has_connector(name):
+            stmt = kafkaconnect.statement({"name": name, "config": body})
+            self.run(stmt)
+            return 201, kafkaconnect.info(self.worker.catalog.get_connector(name))
+        return self._alter(self.entry(name), kafkaconnect.changes(self.entry(name), body))
+
+    def patch_config(self, req: Request):
+        entry = self.entry(req.params["name"])
+        return self._alter(entry, kafkaconnect.changes(entry, req.json(), partial=True))
+
+    def _alter(self, entry, changes: dict):
+        if changes:
+            self.run(ast.AlterConnector(entry.name, changes))
+        return 200, kafkaconnect.info(self.worker.catalog.get_connector(entry.name))
+
+    def get_tasks(self, req: Request):
+        return 200, kafkaconnect.tasks(self.entry(req.params["name"]))
+
+    def get_task_status(self, req: Request):
+        entry = self.entry(req.params["name"])
+        return 200, self.status_of(entry)["tasks"][self.task(entry, req.params["task"])]
+
+    def restart_task(self, req: Request):
+        entry = self.entry(req.params["name"])
+        self.task(entry, req.params["task"])
+        return self._action(req, "restart")
+
+    def task(self, entry, given: str) -> int:
+        if not given.isdigit() or int(given) >= (entry.tasks or 1):
+            raise ApiError(404, f"connector '{entry.name}' has no task {given}")
+        return int(given)
+
+    def stop(self, req: Request):
+        """Kafka Connect's stop as PAUSE (offsets kept); a paused connector is left as it is."""
+        entry = self.entry(req.params["name"])
+        if entry.state == states.PAUSED:
+            return 202, {"message": f"connector '{entry.name}' is paused", **self.status_of(entry)}
+        return self._action(req, "pause")
+
+    def get_topics(self, req: Request):
+        entry = self.entry(req.params["name"])
+        return 200, {entry.name: {"topics": [entry.stream] if entry.stream else []}}
+
+    def reset_topics(self, req: Request):
+        entry = self.entry(req.params["name"])
+        return 200, {
+            "message": f"connector '{entry.name}' reads and writes the streams its statement"
+            " names; there is no set of active topics to reset"
+        }
+
+    def patch_offsets(self, req: Request):
+        """Kafka Connect's offsets alteration: connectql can only forget them (every offset
+        given as null), as DELETE .../offsets does."""
+        entry = self.entry(req.params["name"])
+        kafkaconnect.offsets_reset(req.json())
+        result = self.run(ast.ConnectorAction("reset_offsets", entry.name))
+        return 200, {"message": result.message}
+
+    def plugin_config(self, req: Request):
+        return 200, kafkaconnect.plugin_config(req.params["type"])
 
     # ------------------------------------------------------------------ plugins
     def list_plugins(self, req: Request):
@@ -229,12 +305,7 @@ class Routes:
         }
 
     def metrics(self, req: Request):
-        return 200, metrics.exposition(self.worker.catalog)
-
-    def openapi(self, req: Request):
-        from connectql.server.openapi import SPEC
-
-        return 200, SPEC
+        return 200, metrics.exposition(self.worker.catalog, self.registry)
 
 
 def error_status(e: ConnectQLError) -> int:
@@ -247,11 +318,21 @@ def error_status(e: ConnectQLError) -> int:
 
 
 ROUTES: list[tuple[str, str, str]] = [
+    ("GET", "/", "root"),
     ("GET", "/connectors", "list_connectors"),
     ("POST", "/connectors", "create_connector"),
     ("GET", "/connectors/{name}", "get_connector"),
     ("DELETE", "/connectors/{name}", "delete_connector"),
     ("GET", "/connectors/{name}/config", "get_config"),
+    ("PUT", "/connectors/{name}/config", "put_config"),
+    ("PATCH", "/connectors/{name}/config", "patch_config"),
+    ("GET", "/connectors/{name}/tasks", "get_tasks"),
+    ("GET", "/connectors/{name}/tasks/{task}/status", "get_task_status"),
+    ("POST", "/connectors/{name}/tasks/{task}/restart", "restart_task"),
+    ("PUT", "/connectors/{name}/stop", "stop"),
+    ("GET", "/connectors/{name}/topics", "get_topics"),
+    ("PUT", "/connectors/{name}/topics/reset", "reset_topics"),
+    ("PATCH", "/connectors/{name}/offsets", "patch_offsets"),
     ("GET", "/connectors/{name}/status", "get_status"),
     ("PUT", "/connectors/{name}/pause", "pause"),
     ("PUT", "/connectors/{name}/resume", "resume"),
@@ -259,10 +340,11 @@ ROUTES: list[tuple[str, str, str]] = [
     ("GET", "/connectors/{name}/offsets", "get_offsets"),
     ("DELETE", "/connectors/{name}/offsets", "reset_offsets"),
     ("GET", "/connector-plugins", "list_plugins"),
+    ("GET", "/connector-plugins/{type}/config", "plugin_config"),
     ("PUT", "/connector-plugins/{type}/config/validate", "validate_config"),
     ("POST", "/sql", "sql"),
     ("GET", "/streams", "streams"),
     ("GET", "/health", "health"),
     ("GET", "/metrics", "metrics"),
-    ("GET", "/openapi.json", "openapi"),
+    ("GET", "/openapi.json", "openapi"),  # generated and served by FastAPI
 ]

@@ -1,0 +1,124 @@
+"""The API's bodies as pydantic models: the OpenAPI document's schemas are generated from them.
+Kafka Connect's shapes carry connectql's extra fields, so most models allow extra keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Error(Open):
+    error_code: int
+    message: str
+
+
+class Message(Open):
+    message: str
+
+
+class Task(BaseModel):
+    connector: str
+    task: int
+
+
+class ConnectorInfo(Open):
+    name: str
+    config: dict[str, Any]
+    tasks: list[Task]
+    type: str
+
+
+class TaskState(Open):
+    id: int
+    state: str
+    worker_id: str
+
+
+class ConnectorState(Open):
+    state: str
+    worker_id: str
+    trace: str | None = None
+
+
+class ConnectorStatus(Open):
+    name: str
+    connector: ConnectorState
+    tasks: list[TaskState]
+    type: str
+
+
+class ActionDone(ConnectorStatus):
+    message: str
+
+
+class Offset(Open):
+    partition: dict[str, Any]
+    offset: Any = None
+
+
+class Offsets(Open):
+    offsets: list[Offset]
+
+
+class Plugin(Open):
+    class_: str = Field(alias="class")
+    type: str
+    version: str
+
+
+class ConfigValue(Open):
+    name: str
+    value: Any = None
+    errors: list[str]
+
+
+class ConfigEntry(Open):
+    definition: dict[str, Any] | None
+    value: ConfigValue
+
+
+class Validation(Open):
+    name: str
+    type: str
+    error_count: int
+    groups: list[str]
+    configs: list[ConfigEntry]
+
+
+class SqlResults(Open):
+    results: list[dict[str, Any]]
+
+
+class Stream(Open):
+    name: str
+    schema_: Any = Field(alias="schema")
+    key: Any = None
+    path: str | None = None
+
+
+class Health(Open):
+    status: str
+    worker_id: str
+    home: str
+    connectors: dict[str, int]
+    failed: list[str]
+
+
+class Version(Open):
+    version: str
+    commit: str
+    kafka_cluster_id: str | None
+
+
+class TaskInfo(Open):
+    id: Task
+    config: dict[str, Any]
+
+
+class Topics(Open):
+    topics: list[str]

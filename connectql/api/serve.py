@@ -1,0 +1,179 @@
+"""`connectql server` and `connectql run`'s API: the app on uvicorn, in a thread beside the
+worker, on loopback unless a token guards it; its address goes to $CONNECTQL_HOME so other
+commands find it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import socket
+import ssl
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from connectql.api.app import build
+from connectql.errors import ConnectQLError
+from connectql.server.home import remove_address, write_address
+from connectql.server.routes import Routes
+
+IDLE_S = 120  # a kept-alive connection left idle this long is closed
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_host(host: str, token: str | None) -> None:
+    if not is_loopback(host) and not token:
+        raise ConnectQLError(
+            f"--host {host} is not a loopback address: anyone who can reach it could run"
+            " statements, so the server needs a token (set CONNECTQL_TOKEN or --token-file)"
+            " and refuses to start without one"
+        )
+
+
+@dataclass(frozen=True)
+class Tls:
+    """The server's certificate chain and private key (PEM files)."""
+
+    cert: str
+    key: str
+
+    @staticmethod
+    def of(cert: str | None, key: str | None) -> Tls | None:
+        """Both files, checked now (a bad one is named before anything starts), or neither."""
+        if not cert and not key:
+            return None
+        if not cert or not key:
+            raise ConnectQLError("TLS needs both --tls-cert and --tls-key")
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConnectQLError(
+                f"cannot use --tls-cert {cert} with --tls-key {key}: {getattr(e, 'strerror', None) or e}"
+            ) from None
+        return Tls(cert, key)
+
+
+class Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, whose answer to a request it cannot parse (a Content-Length
+    that is not a number, ...) is the API's JSON error naming what is wrong, not plain text."""
+
+    def send_400_response(self, msg: str) -> None:
+        cause = sys.exc_info()[1]
+        text = f"bad request: {cause}" if cause else msg
+        body = json.dumps({"error_code": 400, "message": text}).encode()
+        head = (
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        )
+        self.transport.write(head.encode() + body)
+        self.transport.close()
+
+
+class ApiServer:
+    """The app of `routes` on uvicorn, listening on `address` from the start (port 0: any free
+    one, then in server_address); serve_forever until shutdown (from another thread)."""
+
+    def __init__(
+        self, address: tuple[str, int], routes: Routes, token: str | None, tls: Tls | None = None
+    ):
+        self.socket = listen(*address)
+        self.server_address = self.socket.getsockname()[:2]
+        config = uvicorn.Config(
+            build(routes, token),
+            http=Protocol,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_keep_alive=IDLE_S,
+            timeout_graceful_shutdown=5,
+            ssl_certfile=tls.cert if tls else None,
+            ssl_keyfile=tls.key if tls else None,
+        )
+        self.uvicorn = uvicorn.Server(config)
+        self.stopped = threading.Event()
+
+    def serve_forever(self) -> None:
+        try:
+            asyncio.run(self.uvicorn.serve(sockets=[self.socket]))
+        finally:
+            self.stopped.set()
+
+    def shutdown(self) -> None:
+        self.uvicorn.should_exit = True
+        self.stopped.wait(30)
+
+    def server_close(self) -> None:
+        self.socket.close()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ConnectQLError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(128)
+    return sock
+
+
+@contextlib.contextmanager
+def serving(worker, host: str, port: int, token: str | None, tls: Tls | None = None):
+    """The API of `worker` on host:port (over TLS when `tls` names a certificate and key) while
+    the block runs, its address in the home's server.json (so other commands find it); yields
+    (url, the routes' statement lock)."""
+    routes = Routes(worker, f"{host}:{port}")
+    httpd = ApiServer((host, port), routes, token, tls)
+    url = write_address(worker.home, host, httpd.server_address[1], "https" if tls else "http")
+    routes.worker_id = url.split("://", 1)[1]
+    thread = threading.Thread(target=httpd.serve_forever, name="connectql-api", daemon=True)
+    thread.start()
+    try:
+        yield url, routes.statements
+    finally:
+        remove_address(worker.home)
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(10)
+
+
+def serve(
+    home: Path, host: str, port: int, token: str | None, say=print, tls: Tls | None = None
+) -> None:
+    """Run a worker on `home` behind the API until SIGINT/SIGTERM; every connector whose desired
+    state is running is started again from its checkpoint first."""
+    from connectql.server.worker import Worker
+
+    check_host(host, token)
+    worker = Worker(home)  # takes the home's lock: a second worker is refused, naming the first
+    try:
+        with serving(worker, host, port, token, tls) as (url, statements):
+            say(f"connectql server on {url} (home {worker.home})")
+            with statements:
+                resumed = worker.resume_all()
+            if resumed:
+                say(f"resumed from checkpoints: {', '.join(resumed)}")
+            try:
+                while True:
+                    time.sleep(3600)
+            finally:
+                statements.acquire()  # no statement runs while the worker closes
+    finally:
+        worker.close()

@@ -20,11 +20,13 @@ from connectql.errors import ConnectQLError
 from connectql.runtime.retention import (
     MERGE_MIN_FILES,
     SPARK_MAX_FILE_AGE_MS,
+    Limits,
     Reader,
     entry_times,
     merge_groups,
     merge_time,
 )
+from connectql.server.retainer import effective_options
 from tests.helpers import read_parquet_rows, run, wait_until
 
 DAY = 24 * 3600 * 1000
@@ -82,7 +84,9 @@ def test_stream_merge_option_is_checked(worker):
     run(worker, "ALTER STREAM s SET ('merge.target.bytes' = '0', retention = '1 day')")
     st = worker.catalog.get_stream("s")
     assert (st.retention_options["merge.target.bytes"], st.retention) == ("0", "1 day")
-    run(worker, "SET stream.merge.target.bytes = '256 MB'")
+    run(worker, "SET stream.merge.target.bytes = '256 MB'; CREATE STREAM t")
+    options = effective_options(worker.catalog.get_stream("t"), worker.catalog.settings())
+    assert Limits.of(options).merge_bytes == 256 * 1024**2
 
 
 def _stream_of_small_files(stream: Path, files: int, rows: int) -> int:

@@ -6,14 +6,40 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from connectql.catalog.streams import replace_files
 from connectql.runtime.retention import entry_times, local_path
 from connectql.runtime.streamwriter import ROW_GROUP_BYTES
+
+Keep = Callable[[pa.Table], pa.Table]
+
+
+def last_changes(key: tuple[str, ...], tombstones_before_ms: int) -> Keep:
+    """Key compaction: of a change stream's records, the last change per key (by `__pos`,
+    the sink's order), in `__pos` order, less deletes committed at the source before
+    `tombstones_before_ms` (a delete younger than that stays, so a sink that has not caught up
+    still deletes the row)."""
+    cols = ", ".join(f'"{c}"' for c in key)
+
+    def keep(table: pa.Table) -> pa.Table:
+        con = duckdb.connect()
+        con.register("rows", table.append_column("cq_i", pa.array(range(len(table)), pa.int64())))
+        kept = con.sql(
+            f"SELECT cq_i FROM (SELECT cq_i, __op, __ts_ms, __pos, row_number() OVER"
+            f" (PARTITION BY {cols} ORDER BY __pos DESC, cq_i DESC) AS cq_n FROM rows)"
+            f" WHERE cq_n = 1 AND NOT (__op = 'd' AND __ts_ms < {int(tombstones_before_ms)})"
+            " ORDER BY __pos, cq_i"
+        ).fetchnumpy()["cq_i"]
+        con.close()
+        return table.take(pa.array(kept))
+
+    return keep
 
 
 def _aligned(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -26,21 +52,32 @@ def _aligned(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def write_merged(stream: Path, files: list[str], name: str) -> Path:
-    """The records of `files`, in order, into `stream/name` (written aside, then moved in:
-    unlisted until the log names it). Row groups of about ROW_GROUP_BYTES, as the stream
-    writer makes them, so a sink's read splits a big file between tasks."""
+def _tables(files: list[str], schema: pa.Schema, keep: Keep | None):
+    """The files' records (all of them at once when `keep` chooses among them)."""
+    tables = (_aligned(pq.read_table(f), schema) for f in files)
+    if keep is None:
+        yield from tables
+    else:
+        yield keep(pa.concat_tables(tables))
+
+
+def write_merged(stream: Path, files: list[str], name: str, keep: Keep | None = None) -> Path:
+    """The records of `files` (those `keep` keeps), in order, into `stream/name` (written
+    aside, then moved in: unlisted until the log names it). Row groups of about
+    ROW_GROUP_BYTES, as the stream writer makes them, so a sink's read splits a big file
+    between tasks."""
     schema = pa.unify_schemas([pq.read_schema(f).remove_metadata() for f in files])
     tmp = stream / f".{name}.{os.getpid()}.tmp"
     pending: list[pa.Table] = []
     with pq.ParquetWriter(
         tmp, schema, coerce_timestamps="us", allow_truncated_timestamps=True
     ) as out:
-        for f in files:
-            pending.append(_aligned(pq.read_table(f), schema))
-            if sum(t.nbytes for t in pending) >= ROW_GROUP_BYTES:
-                out.write_table(pa.concat_tables(pending), row_group_size=1 << 30)
-                pending = []
+        for table in _tables(files, schema, keep):
+            for batch in table.to_batches(max_chunksize=64 * 1024):
+                pending.append(pa.Table.from_batches([batch], schema))
+                if sum(t.nbytes for t in pending) >= ROW_GROUP_BYTES:
+                    out.write_table(pa.concat_tables(pending), row_group_size=1 << 30)
+                    pending = []
         if pending:
             out.write_table(pa.concat_tables(pending), row_group_size=1 << 30)
     target = stream / name
@@ -48,8 +85,11 @@ def write_merged(stream: Path, files: list[str], name: str) -> Path:
     return target
 
 
-def merge(stream_path: str | Path, group: list[dict], log_time: int) -> dict:
-    """Merge the committed files of `group` into one; returns its log entry. A kill at any
+def merge(
+    stream_path: str | Path, group: list[dict], log_time: int, keep: Keep | None = None
+) -> dict:
+    """Merge the committed files of `group` into one (`keep`: only the records it keeps, see
+    last_changes); returns its log entry. A kill at any
     point leaves the log listing either the small files or the merged one: an unlisted merged
     file is swept later, as are the small ones (their mtime is set to now, so that a reader
     that listed them just before goes on reading them for sweep_orphans' grace time)."""
@@ -57,7 +97,8 @@ def merge(stream_path: str | Path, group: list[dict], log_time: int) -> dict:
     first = min(entry_times(e)[0] for e in group)
     last = max(entry_times(e)[1] for e in group)
     files = [local_path(e["path"]) for e in group]
-    target = write_merged(stream, files, f"merged-{first}-{last}-{uuid.uuid4().hex[:8]}.parquet")
+    name = f"merged-{first}-{last}-{uuid.uuid4().hex[:8]}.parquet"
+    target = write_merged(stream, files, name, keep)
     now = time.time()
     for f in files:
         os.utime(f, (now, now))

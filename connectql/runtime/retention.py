@@ -48,6 +48,20 @@ STREAM_OPTIONS = {
             doc="merge files every reader has passed into files of about this size, so that"
             " queries and new sinks read few files; '0': never merge",
         ),
+        Option(
+            "cleanup",
+            "enum",
+            "delete",
+            doc="'compact': past the head of the log keep only the last change per key (a"
+            " stream with a key); 'delete': keep every change (retention alone removes them)",
+            choices=("delete", "compact"),
+        ),
+        Option(
+            "delete.retention",
+            "duration",
+            "1 day",
+            doc="under cleanup = 'compact', how long a delete stays as a tombstone",
+        ),
     )
 }
 
@@ -84,7 +98,7 @@ def check_options(given: dict, where: str) -> dict[str, str]:
 def check_value(key: str, value, where: str) -> str:
     option = STREAM_OPTIONS[key]
     try:
-        if key == "retention":
+        if key in ("retention", "delete.retention"):
             duration_ms(value)
         elif key in ("retention.bytes", "merge.target.bytes"):
             size_bytes(value)
@@ -93,6 +107,7 @@ def check_value(key: str, value, where: str) -> str:
     except ValueError:
         kind = {
             "retention": "a duration such as '7 days'",
+            "delete.retention": "a duration such as '1 day'",
             "retention.bytes": "a size such as '10 GB'",
             "merge.target.bytes": "a size such as '128 MB'",
         }.get(key, option.describe_type())
@@ -118,6 +133,8 @@ class Limits:
     bytes: int | None = None
     policy: str = "wait"
     merge_bytes: int = 0  # 0: no merging
+    compact: bool = False
+    tombstone_ms: int = 0
 
     @classmethod
     def of(cls, options: dict[str, str | None]) -> Limits:
@@ -128,6 +145,10 @@ class Limits:
             size_bytes(size) if size else None,
             options.get("retention.policy") or "wait",
             size_bytes(merge),
+            options.get("cleanup") == "compact",
+            duration_ms(
+                options.get("delete.retention") or STREAM_OPTIONS["delete.retention"].default
+            ),
         )
 
 
@@ -256,6 +277,25 @@ def settled(entry: dict, writers: dict[str, int | None]) -> bool:
     return done is not None and int(m.group(2)) <= done
 
 
+def ready(entries: list[dict], readers: dict[str, Reader], writers: dict[str, int | None]):
+    """The files every reader has passed and no writer can replay, in commit order."""
+    return [
+        e
+        for e in sorted(entries, key=lambda e: (entry_times(e)[1], e["path"]))
+        if settled(e, writers) and all(r.passed(e) for r in readers.values())
+    ]
+
+
+def compact_group(
+    entries: list[dict], readers: dict[str, Reader], writers: dict[str, int | None]
+) -> list[dict]:
+    """The files key compaction rewrites: all that are ready, once MERGE_MIN_FILES of them
+    have not been compacted yet (the head of the log, not ready yet, stays as it is)."""
+    group = ready(entries, readers, writers)
+    fresh = [e for e in group if not _MERGED.match(Path(local_path(e["path"])).name)]
+    return group if len(fresh) >= MERGE_MIN_FILES else []
+
+
 def merge_groups(
     entries: list[dict], readers: dict[str, Reader], writers: dict[str, int | None], target: int
 ) -> list[list[dict]]:
@@ -264,15 +304,9 @@ def merge_groups(
     than the target only once it has MERGE_MIN_FILES files."""
     if target <= 0:
         return []
-    ready = [
-        e
-        for e in sorted(entries, key=lambda e: (entry_times(e)[1], e["path"]))
-        if e["size"] < target // 2
-        and settled(e, writers)
-        and all(r.passed(e) for r in readers.values())
-    ]
+    small = [e for e in ready(entries, readers, writers) if e["size"] < target // 2]
     groups, group, size = [], [], 0
-    for e in ready:
+    for e in small:
         group.append(e)
         size += e["size"]
         if size >= target:

@@ -20,7 +20,7 @@ from connectql.catalog.streams import (
     sweep_orphans,
 )
 from connectql.connectors.options import duration_ms
-from connectql.runtime.merge import merge
+from connectql.runtime.merge import last_changes, merge
 from connectql.runtime.retention import (
     CHECK_INTERVAL_DEFAULT,
     CHECK_INTERVAL_KEY,
@@ -29,6 +29,7 @@ from connectql.runtime.retention import (
     Decision,
     Limits,
     Reader,
+    compact_group,
     decide,
     entry_times,
     last_commit,
@@ -148,17 +149,21 @@ class Retainer:
         return writers
 
     def _merge(self, stream: StreamEntry, entries: list[dict], readers, limits) -> list[dict]:
-        """Merge the small files every reader has passed; returns the log's entries after."""
-        groups = merge_groups(entries, readers, self._writers(), limits.merge_bytes)
+        """Merge the small files every reader has passed (under cleanup = 'compact', rewrite
+        them keeping the last change per key); returns the log's entries after."""
+        writers, keep = self._writers(), None
+        if limits.compact and stream.key_columns:
+            groups = [g for g in [compact_group(entries, readers, writers)] if g]
+            keep = last_changes(stream.key_columns, time.time() * 1000 - limits.tombstone_ms)
+        else:
+            groups = merge_groups(entries, readers, writers, limits.merge_bytes)
         for group in groups:
             if self._closed.is_set():
                 break
             log_time = merge_time(group, readers)
             if log_time is None:
                 continue
-            rows = sum(self._records(e) for e in group)
-            entry = merge(stream.path, group, log_time)
-            self._rows[local_path(entry["path"])] = rows
+            entry = merge(stream.path, group, log_time, keep)
             paths = {e["path"] for e in group}
             entries = [e for e in entries if e["path"] not in paths] + [entry]
             log.info("merged %d files of stream %s into one", len(group), stream.name)

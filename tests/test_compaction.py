@@ -110,3 +110,5 @@ def test_compaction_options_are_checked(worker):
     run(worker, "CREATE STREAM t")
     limits = Limits.of(effective_options(worker.catalog.get_stream("t"), worker.catalog.settings()))
     assert limits.compact and limits.tombstone_ms == 2 * HOUR
+    shown = {r[0]: r[1] for r in run(worker, "DESCRIBE STREAM t")[0].rows}
+    assert shown["option cleanup"] == "compact (worker default)"

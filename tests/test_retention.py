@@ -235,7 +235,9 @@ def test_worker_defaults_apply_to_streams_that_set_none(worker):
         "retention": "2 s",
         "retention.bytes": "1 GB",
         "retention.policy": "drop",
-        "merge.target.bytes": None,  # its default applies
+        "merge.target.bytes": None,  # their defaults apply
+        "cleanup": None,
+        "delete.retention": None,
     }
     assert effective_options(worker.catalog.get_stream("own"), saved)["retention"] == "1 hour"
     shown = {r[0]: r[1] for r in run(worker, "SHOW SETTINGS")[0].rows}

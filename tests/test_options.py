@@ -510,6 +510,9 @@ AUDIT |= {
     + "test_worker_defaults_apply_to_streams_that_set_none",
     "SET stream.retention.check.interval": _RETENTION
     + "test_expired_files_leave_log_and_disk_and_the_sink_gets_every_record_once",
+    "SET stream.merge.target.bytes": "test_stream_merge.py::test_stream_merge_option_is_checked",
+    "SET stream.cleanup": "test_compaction.py::test_compaction_options_are_checked",
+    "SET stream.delete.retention": "test_compaction.py::test_compaction_options_are_checked",
 }
 _SOURCES = "test_source_options.py::"
 AUDIT |= {

@@ -21,7 +21,7 @@ from connectql.catalog.streams import (
     sweep_orphans,
 )
 from connectql.errors import ConnectQLError
-from connectql.runtime.retention import Limits, decide, files_read, size_bytes
+from connectql.runtime.retention import Limits, Reader, decide, files_read, size_bytes
 from tests.helpers import read_parquet_rows, run, wait_until
 
 SOURCE = (
@@ -187,7 +187,7 @@ def test_decide_by_age_size_and_policy():
     assert [e["path"] for e in by_age.remove] == ["file:///s/a", "file:///s/b"]
     by_size = decide(files, Limits(bytes=150), {}, now_ms=4000)
     assert [e["path"] for e in by_size.remove] == ["file:///s/a", "file:///s/b"]
-    read = {"k": {"/s/a"}, "j": {"/s/a", "/s/b"}}
+    read = {"k": Reader(frozenset({"/s/a"})), "j": Reader(frozenset({"/s/a", "/s/b"}))}
     wait = decide(files, Limits(age_ms=1500), read, now_ms=4000)
     assert [e["path"] for e in wait.remove] == ["file:///s/a"]
     assert list(wait.held) == ["k"] and not wait.lost
@@ -235,6 +235,9 @@ def test_worker_defaults_apply_to_streams_that_set_none(worker):
         "retention": "2 s",
         "retention.bytes": "1 GB",
         "retention.policy": "drop",
+        "merge.target.bytes": None,  # their defaults apply
+        "cleanup": None,
+        "delete.retention": None,
     }
     assert effective_options(worker.catalog.get_stream("own"), saved)["retention"] == "1 hour"
     shown = {r[0]: r[1] for r in run(worker, "SHOW SETTINGS")[0].rows}

@@ -469,12 +469,18 @@ def test_one_worker_per_home_and_run_goes_to_the_server(server, tmp_path):
     server.alive()
 
     script = tmp_path / "script.sql"
-    script.write_text("CREATE STREAM from_script;\nCREATE STREAM from_script_too;\n")
+    script.write_text(
+        "CREATE STREAM from_script;\n"
+        "CREATE STREAM from_script_too WITH ('merge.target.bytes' = '1 MB');\n"
+    )
     ran = cli(server.home, "run", str(script))
     assert ran.returncode == 0, ran.stderr
     assert "created stream from_script_too" in ran.stdout
-    streams = {s["name"] for s in server.ok("GET", "/streams")}
-    assert {"from_script", "from_script_too"} <= streams
+    streams = {s["name"]: s for s in server.ok("GET", "/streams")}
+    assert {"from_script", "from_script_too"} <= set(streams)
+    shown = streams["from_script_too"]  # with the `streams` table's measures
+    assert shown["options"]["merge.target.bytes"] == "1 MB"
+    assert (shown["records"], shown["files"], shown["bytes"], shown["readers"]) == (0, 0, 0, {})
 
 
 # ------------------------------------------------------------------ 5. the token

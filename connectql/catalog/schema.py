@@ -95,6 +95,14 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        6,
+        "stream options beyond retention (merge.target.bytes, ...), as given",
+        ["ALTER TABLE streams ADD COLUMN options JSON"],
+    )
+)
+
 LATEST = MIGRATIONS[-1][0]
 
 # connector_metrics keeps this many recent batches per connector

@@ -78,15 +78,18 @@ class StreamEntry:
     key: str | None = None  # comma list of key columns; None: the stream has no key
     retention_bytes: str | None = None
     retention_policy: str | None = None  # None: the worker's default ('wait')
+    options: dict[str, str] | None = None  # the other stream options given (merge.*)
 
     @property
     def retention_options(self) -> dict[str, str | None]:
-        """The stream's own retention options, as given (None where not set)."""
-        return {
+        """The stream's own options, as given (retention ones None where not set, others
+        only where set)."""
+        own = {
             "retention": self.retention,
             "retention.bytes": self.retention_bytes,
             "retention.policy": self.retention_policy,
         }
+        return {**(self.options or {}), **own}
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -321,7 +324,8 @@ class Catalog:
     def add_stream(self, s: StreamEntry) -> None:
         self.execute(
             "INSERT INTO streams (name, schema, schema_json, retention, path, created_at,"
-            " created_by, key, retention_bytes, retention_policy) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            " created_by, key, retention_bytes, retention_policy, options)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             [
                 s.name,
                 s.schema,
@@ -333,15 +337,24 @@ class Catalog:
                 s.key,
                 s.retention_bytes,
                 s.retention_policy,
+                json.dumps(s.options) if s.options else None,
             ],
         )
 
     def set_stream_options(self, name: str, options: dict[str, str]) -> None:
-        """ALTER STREAM: the retention options given (the others stay)."""
+        """ALTER STREAM: the options given (the others stay)."""
         columns = {"retention": "retention", "retention.bytes": "retention_bytes"}
         columns["retention.policy"] = "retention_policy"
+        others = dict(self.get_stream(name).options or {})
         for key, value in options.items():
-            self.execute(f"UPDATE streams SET {columns[key]} = ? WHERE name = ?", [value, name])
+            if key in columns:
+                self.execute(f"UPDATE streams SET {columns[key]} = ? WHERE name = ?", [value, name])
+            else:
+                others[key] = value
+        if others:
+            self.execute(
+                "UPDATE streams SET options = ? WHERE name = ?", [json.dumps(others), name]
+            )
 
     def set_stream_stats(self, name: str, stats: dict[str, Any]) -> None:
         """A stream's measured size and its readers' progress (see server/retainer.py)."""
@@ -383,10 +396,13 @@ class Catalog:
     def find_stream(self, name: str) -> StreamEntry | None:
         rows = self.query(
             "SELECT name, path, schema, schema_json, retention, created_by, key,"
-            " retention_bytes, retention_policy FROM streams WHERE name = ?",
+            " retention_bytes, retention_policy, options FROM streams WHERE name = ?",
             [name],
         )[1]
-        return StreamEntry(*rows[0]) if rows else None
+        if not rows:
+            return None
+        *row, options = rows[0]
+        return StreamEntry(*row, options=json.loads(options) if options else None)
 
     def get_stream(self, name: str) -> StreamEntry:
         s = self.find_stream(name)

@@ -146,10 +146,15 @@ def append_table(stream_path: str | Path, name: str, table) -> bool:
 
 
 def remove_files(stream_path: str | Path, paths: set[str]) -> None:
-    """Take committed files out of a stream's log (retention): empty batches up to the next
-    compaction batch, whose compact file then lists every committed file but these. Spark's
-    readers see the files gone once that compact file exists; the files on disk are the
-    caller's to delete, after."""
+    """Take committed files out of a stream's log (retention); see replace_files."""
+    replace_files(stream_path, paths, [])
+
+
+def replace_files(stream_path: str | Path, paths: set[str], added: list[dict]) -> None:
+    """Take committed files out of a stream's log and add others, in one step: empty batches
+    up to the next compaction batch, whose compact file then lists every committed file but
+    these, and the added ones. Spark's readers see the change once that compact file exists;
+    the files on disk are the caller's to delete, after."""
     meta = Path(stream_path) / "_spark_metadata"
     with _append_lock:
         while True:
@@ -158,7 +163,8 @@ def remove_files(stream_path: str | Path, paths: set[str]) -> None:
             body = [e for e in committed_entries(stream_path) if e["path"] not in paths]
             name = f"{n}.compact" if compact else str(n)
             tmp = meta / f".{name}.{os.getpid()}.tmp"
-            tmp.write_text("v1\n" + "\n".join(json.dumps(e) for e in body) if compact else "v1\n")
+            text = "\n".join(json.dumps(e) for e in body + added)
+            tmp.write_text("v1\n" + text if compact else "v1\n")
             try:
                 os.link(tmp, meta / name)
                 if compact:

@@ -41,6 +41,27 @@ STREAM_OPTIONS = {
             " 'drop': remove it anyway (the sink loses those records and says so)",
             choices=("wait", "drop"),
         ),
+        Option(
+            "merge.target.bytes",
+            "string",
+            "128 MB",
+            doc="merge files every reader has passed into files of about this size, so that"
+            " queries and new sinks read few files; '0': never merge",
+        ),
+        Option(
+            "cleanup",
+            "enum",
+            "delete",
+            doc="'compact': past the head of the log keep only the last change per key (a"
+            " stream with a key); 'delete': keep every change (retention alone removes them)",
+            choices=("delete", "compact"),
+        ),
+        Option(
+            "delete.retention",
+            "duration",
+            "1 day",
+            doc="under cleanup = 'compact', how long a delete stays as a tombstone",
+        ),
     )
 }
 
@@ -77,16 +98,18 @@ def check_options(given: dict, where: str) -> dict[str, str]:
 def check_value(key: str, value, where: str) -> str:
     option = STREAM_OPTIONS[key]
     try:
-        if key == "retention":
+        if key in ("retention", "delete.retention"):
             duration_ms(value)
-        elif key == "retention.bytes":
+        elif key in ("retention.bytes", "merge.target.bytes"):
             size_bytes(value)
         elif str(value).strip().lower() not in option.choices:
             raise ValueError(value)
     except ValueError:
         kind = {
             "retention": "a duration such as '7 days'",
+            "delete.retention": "a duration such as '1 day'",
             "retention.bytes": "a size such as '10 GB'",
+            "merge.target.bytes": "a size such as '128 MB'",
         }.get(key, option.describe_type())
         raise ValidationError(f"{where}: option '{key}' must be {kind}, got {value!r}") from None
     return str(value).strip().lower() if option.type == "enum" else str(value)
@@ -109,14 +132,23 @@ class Limits:
     age_ms: int | None = None
     bytes: int | None = None
     policy: str = "wait"
+    merge_bytes: int = 0  # 0: no merging
+    compact: bool = False
+    tombstone_ms: int = 0
 
     @classmethod
     def of(cls, options: dict[str, str | None]) -> Limits:
         age, size = options.get("retention"), options.get("retention.bytes")
+        merge = options.get("merge.target.bytes") or STREAM_OPTIONS["merge.target.bytes"].default
         return cls(
             duration_ms(age) if age else None,
             size_bytes(size) if size else None,
             options.get("retention.policy") or "wait",
+            size_bytes(merge),
+            options.get("cleanup") == "compact",
+            duration_ms(
+                options.get("delete.retention") or STREAM_OPTIONS["delete.retention"].default
+            ),
         )
 
 
@@ -142,18 +174,53 @@ def last_commit(checkpoint: str | Path) -> int | None:
     return max(ids, default=None)
 
 
-def files_read(checkpoint: str | Path) -> set[str]:
-    """The stream files a sink has read in committed batches: its file source's log
-    (`sources/0`, one JSON line per file with its batchId) up to its last commit."""
+# Spark's file source takes a listed file for new only if it is younger than `maxFileAge`
+# (default 7 days, which sinks keep) behind the newest file it has seen (SeenFilesMap)
+SPARK_MAX_FILE_AGE_MS = 7 * 24 * 3600 * 1000
+_MERGED = re.compile(r"^merged-(\d+)-(\d+)-")
+
+
+def entry_times(entry: dict) -> tuple[int, int]:
+    """When a file's first and last records were committed: its log time, or for a merged
+    file the span in its name (its log time is set back, see merge_time)."""
+    m = _MERGED.match(Path(local_path(entry["path"])).name)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    return entry["modificationTime"], entry["modificationTime"]
+
+
+@dataclass(frozen=True)
+class Reader:
+    """What a sink's file source has passed: the files of its committed batches, and every
+    file it will never take for new (older than maxFileAge behind the newest it listed)."""
+
+    read: frozenset[str] = frozenset()
+    newest: int | None = None  # the newest file time in its source log; None: none yet
+
+    def passed(self, entry: dict) -> bool:
+        if local_path(entry["path"]) in self.read:
+            return True
+        return self.newest is not None and entry["modificationTime"] < (
+            self.newest - SPARK_MAX_FILE_AGE_MS
+        )
+
+
+def reader_of(checkpoint: str | Path) -> Reader:
+    """A sink's progress from its file source's log (`sources/0`, one JSON line per file with
+    its time and batchId): files of batches up to its last commit count as read."""
     done = last_commit(checkpoint)
-    if done is None:
-        return set()
-    read = set()
+    read, newest = set(), None
     for line in _log_lines(Path(checkpoint) / "sources" / "0"):
         entry = json.loads(line)
-        if entry.get("batchId", 0) <= done:
+        newest = max(newest or 0, entry.get("timestamp", 0))
+        if done is not None and entry.get("batchId", 0) <= done:
             read.add(local_path(entry["path"]))
-    return read
+    return Reader(frozenset(read), newest)
+
+
+def files_read(checkpoint: str | Path) -> set[str]:
+    """The stream files a sink has read in committed batches."""
+    return set(reader_of(checkpoint).read)
 
 
 @dataclass
@@ -165,16 +232,16 @@ class Decision:
     lost: dict[str, list[dict]] = field(default_factory=dict)  # sink -> removed unread files
 
 
-def decide(entries: list[dict], limits: Limits, read_by: dict[str, set[str]], now_ms=None):
+def decide(entries: list[dict], limits: Limits, read_by: dict[str, Reader], now_ms=None):
     """Which committed files (Spark log entries) to remove: those older than the age limit,
     and the oldest while the stream is over its size limit; under 'wait' only files every
-    sink in `read_by` (sink -> files it has read) has read."""
+    sink in `read_by` (sink -> its progress) has passed."""
     now_ms = time.time() * 1000 if now_ms is None else now_ms
-    entries = sorted(entries, key=lambda e: (e["modificationTime"], e["path"]))
+    entries = sorted(entries, key=lambda e: (entry_times(e)[1], e["path"]))
     expired = []
     total = sum(e["size"] for e in entries)
     for e in entries:
-        too_old = limits.age_ms is not None and e["modificationTime"] < now_ms - limits.age_ms
+        too_old = limits.age_ms is not None and entry_times(e)[1] < now_ms - limits.age_ms
         too_big = limits.bytes is not None and total > limits.bytes
         if not (too_old or too_big):
             break  # files are in commit order: the rest are newer
@@ -182,7 +249,7 @@ def decide(entries: list[dict], limits: Limits, read_by: dict[str, set[str]], no
         total -= e["size"]
     d = Decision()
     for e in expired:
-        unread = [s for s, files in read_by.items() if local_path(e["path"]) not in files]
+        unread = [s for s, r in read_by.items() if not r.passed(e)]
         if unread and limits.policy == "wait":
             for s in unread:
                 d.held.setdefault(s, []).append(e)
@@ -191,3 +258,71 @@ def decide(entries: list[dict], limits: Limits, read_by: dict[str, set[str]], no
         for s in unread:
             d.lost.setdefault(s, []).append(e)
     return d
+
+
+# merge no fewer files than this at a time, so a stream's newest merged file is not
+# rewritten at every pass
+MERGE_MIN_FILES = 10
+_WRITTEN = re.compile(r"^([0-9a-f]{12})-b(\d+)-")
+
+
+def settled(entry: dict, writers: dict[str, int | None]) -> bool:
+    """Whether no writer can replay the batch that wrote this file: a writer (writer id ->
+    its last committed batch) skips a replayed batch by finding its files' names in the log,
+    so a file merged away before its writer's batch commit would be written again."""
+    m = _WRITTEN.match(Path(local_path(entry["path"])).name)
+    if not m or m.group(1) not in writers:  # merged, or its writer is gone
+        return True
+    done = writers[m.group(1)]
+    return done is not None and int(m.group(2)) <= done
+
+
+def ready(entries: list[dict], readers: dict[str, Reader], writers: dict[str, int | None]):
+    """The files every reader has passed and no writer can replay, in commit order."""
+    return [
+        e
+        for e in sorted(entries, key=lambda e: (entry_times(e)[1], e["path"]))
+        if settled(e, writers) and all(r.passed(e) for r in readers.values())
+    ]
+
+
+def compact_group(
+    entries: list[dict], readers: dict[str, Reader], writers: dict[str, int | None]
+) -> list[dict]:
+    """The files key compaction rewrites: all that are ready, once MERGE_MIN_FILES of them
+    have not been compacted yet (the head of the log, not ready yet, stays as it is)."""
+    group = ready(entries, readers, writers)
+    fresh = [e for e in group if not _MERGED.match(Path(local_path(e["path"])).name)]
+    return group if len(fresh) >= MERGE_MIN_FILES else []
+
+
+def merge_groups(
+    entries: list[dict], readers: dict[str, Reader], writers: dict[str, int | None], target: int
+) -> list[list[dict]]:
+    """Groups of small files to merge, each into one file of about `target` bytes: files
+    every reader has passed and no writer can replay, in commit order; a last group smaller
+    than the target only once it has MERGE_MIN_FILES files."""
+    if target <= 0:
+        return []
+    small = [e for e in ready(entries, readers, writers) if e["size"] < target // 2]
+    groups, group, size = [], [], 0
+    for e in small:
+        group.append(e)
+        size += e["size"]
+        if size >= target:
+            groups.append(group)
+            group, size = [], 0
+    if len(group) >= MERGE_MIN_FILES:
+        groups.append(group)
+    return [g for g in groups if len(g) > 1]
+
+
+def merge_time(group: list[dict], readers: dict[str, Reader]) -> int | None:
+    """The log time of the file merging `group`: far enough back that no sink's file source
+    takes it for new (each has passed every file of the group, and one that listed the group
+    just before the merge has seen its newest file), so running sinks do not read the records
+    again while a new sink reads them once. None: no such time (never before 0)."""
+    bounds = [r.newest for r in readers.values() if r.newest is not None]
+    newest = min([max(e["modificationTime"] for e in group), *bounds])
+    t = newest - SPARK_MAX_FILE_AGE_MS - 1
+    return t if t >= 0 else None

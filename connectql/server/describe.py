@@ -115,7 +115,7 @@ def _stream(worker, name: str) -> Result:
     stats = worker.retainer.measure(st)
     settings = worker.catalog.settings()
     retention = [
-        (f"option {k}", f"{v}" + ("" if st.retention_options[k] else " (worker default)"))
+        (f"option {k}", f"{v}" + ("" if st.retention_options.get(k) else " (worker default)"))
         for k, v in effective_options(st, settings).items()
         if v
     ]

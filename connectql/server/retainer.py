@@ -20,15 +20,23 @@ from connectql.catalog.streams import (
     sweep_orphans,
 )
 from connectql.connectors.options import duration_ms
+from connectql.runtime.merge import last_changes, merge
 from connectql.runtime.retention import (
     CHECK_INTERVAL_DEFAULT,
     CHECK_INTERVAL_KEY,
     DEFAULT_KEYS,
+    STREAM_OPTIONS,
     Decision,
     Limits,
+    Reader,
+    compact_group,
     decide,
-    files_read,
+    entry_times,
+    last_commit,
     local_path,
+    merge_groups,
+    merge_time,
+    reader_of,
 )
 
 log = logging.getLogger("connectql.retention")
@@ -42,7 +50,7 @@ def effective_options(stream: StreamEntry, settings: dict[str, str]) -> dict[str
     """The stream's retention options, the worker's defaults (SET stream.retention...) where the
     stream sets none."""
     own = stream.retention_options
-    return {k: own[k] or settings.get(DEFAULT_KEYS[k]) for k in own}
+    return {k: own.get(k) or settings.get(DEFAULT_KEYS[k]) for k in STREAM_OPTIONS}
 
 
 def _time(ms: int | None) -> datetime | None:
@@ -101,16 +109,16 @@ class Retainer:
         """Remove what the stream's retention expires; its sinks' progress (records_behind)."""
         cat = self.worker.catalog
         entries = committed_entries(stream.path)
-        read_by = {s: files_read(self.worker.checkpoint_of(s)) for s in self._sinks(stream)}
+        read_by = self._readers(stream)
         limits = Limits.of(options)
         d = decide(entries, limits, read_by) if limits.age_ms or limits.bytes else Decision()
         if d.remove:
             self._remove(stream, d)
         self._report_held(stream.name, d, limits)
+        gone = {e["path"] for e in d.remove}
+        kept = self._merge(stream, [e for e in entries if e["path"] not in gone], read_by, limits)
         prune_log(stream.path)
         sweep_orphans(stream.path)
-        gone = {e["path"] for e in d.remove}
-        kept = [e for e in entries if e["path"] not in gone]
         stats = self._stats(stream.name, kept, read_by)
         cat.set_stream_stats(stream.name, stats)
         return stats["readers"]
@@ -119,12 +127,47 @@ class Retainer:
         """The stream's size and its sinks' progress now (what the `streams` table shows as of
         the last pass), without removing anything."""
         entries = committed_entries(stream.path)
-        read_by = {s: files_read(self.worker.checkpoint_of(s)) for s in self._sinks(stream)}
-        return self._stats(stream.name, entries, read_by)
+        return self._stats(stream.name, entries, self._readers(stream))
 
-    def _sinks(self, stream: StreamEntry) -> list[str]:
+    def _readers(self, stream: StreamEntry) -> dict[str, Reader]:
+        """The progress of each sink reading the stream."""
         cat = self.worker.catalog
-        return [e.name for e in cat.connectors() if e.kind == "sink" and stream.name in e.streams]
+        return {
+            e.name: reader_of(self.worker.checkpoint_of(e.name))
+            for e in cat.connectors()
+            if e.kind == "sink" and stream.name in e.streams
+        }
+
+    def _writers(self) -> dict[str, int | None]:
+        """Each connector's writer id (its stream files' prefix) -> its last committed batch."""
+        writers = {}
+        for e in self.worker.catalog.connectors():
+            checkpoint = Path(self.worker.checkpoint_of(e.name))
+            wid = checkpoint / "connectql-writer-id"
+            if wid.exists():
+                writers[wid.read_text().strip()] = last_commit(checkpoint)
+        return writers
+
+    def _merge(self, stream: StreamEntry, entries: list[dict], readers, limits) -> list[dict]:
+        """Merge the small files every reader has passed (under cleanup = 'compact', rewrite
+        them keeping the last change per key); returns the log's entries after."""
+        writers, keep = self._writers(), None
+        if limits.compact and stream.key_columns:
+            groups = [g for g in [compact_group(entries, readers, writers)] if g]
+            keep = last_changes(stream.key_columns, time.time() * 1000 - limits.tombstone_ms)
+        else:
+            groups = merge_groups(entries, readers, writers, limits.merge_bytes)
+        for group in groups:
+            if self._closed.is_set():
+                break
+            log_time = merge_time(group, readers)
+            if log_time is None:
+                continue
+            entry = merge(stream.path, group, log_time, keep)
+            paths = {e["path"] for e in group}
+            entries = [e for e in entries if e["path"] not in paths] + [entry]
+            log.info("merged %d files of stream %s into one", len(group), stream.name)
+        return entries
 
     def _remove(self, stream: StreamEntry, d: Decision) -> None:
         cat = self.worker.catalog
@@ -185,11 +228,11 @@ class Retainer:
                 return 0
         return self._rows[path]
 
-    def _stats(self, stream: str, entries: list[dict], read_by: dict[str, set[str]]) -> dict:
-        times = [e["modificationTime"] for e in entries]
+    def _stats(self, stream: str, entries: list[dict], read_by: dict[str, Reader]) -> dict:
+        times = [t for e in entries for t in entry_times(e)]
         readers = {}
-        for sink, read in read_by.items():
-            unread = [e for e in entries if local_path(e["path"]) not in read]
+        for sink, reader in read_by.items():
+            unread = [e for e in entries if not reader.passed(e)]
             readers[sink] = {
                 "records_behind": sum(self._records(e) for e in unread),
                 "files_behind": len(unread),

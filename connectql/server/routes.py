@@ -278,17 +278,23 @@ class Routes:
         return 200, {"results": done}
 
     def streams(self, req: Request):
-        return 200, [
-            {
-                "name": s.name,
-                "schema": s.schema,
-                "key": s.key,
-                "path": s.path,
-                "retention": s.retention,
-                "created_by": s.created_by,
-            }
-            for s in self.worker.catalog.streams()
-        ]
+        return 200, [self._stream(s) for s in self.worker.catalog.streams()]
+
+    def _stream(self, s) -> dict:
+        """A stream as the `streams` table shows it, its size and readers measured now."""
+        stats = self.worker.retainer.measure(s)
+        for k in ("oldest_record", "newest_record"):
+            stats[k] = stats[k] and stats[k].isoformat()
+        return {
+            "name": s.name,
+            "schema": s.schema,
+            "key": s.key,
+            "path": s.path,
+            "retention": s.retention,
+            "options": {k: v for k, v in s.retention_options.items() if v},
+            "created_by": s.created_by,
+            **stats,
+        }
 
     def health(self, req: Request):
         rows = self.status_rows()

@@ -443,6 +443,7 @@ class Worker:
                 retention=given.get("retention"),
                 retention_bytes=given.get("retention.bytes"),
                 retention_policy=given.get("retention.policy"),
+                options={k: v for k, v in given.items() if not k.startswith("retention")} or None,
             )
         )
         return Result(f"created stream {s.name}")

@@ -1,0 +1,115 @@
+"""Merging a stream's small files: their records rewritten into one Parquet file that takes
+their place in the stream's log in one step (see retention.merge_groups for which files)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from connectql.catalog.streams import replace_files
+from connectql.runtime.retention import entry_times, local_path
+from connectql.runtime.streamwriter import ROW_GROUP_BYTES
+
+Keep = Callable[[pa.Table], pa.Table]
+
+
+def last_changes(key: tuple[str, ...], tombstones_before_ms: int) -> Keep:
+    """Key compaction: of a change stream's records, the last change per key (by `__pos`,
+    the sink's order), in `__pos` order, less deletes committed at the source before
+    `tombstones_before_ms` (a delete younger than that stays, so a sink that has not caught up
+    still deletes the row)."""
+    cols = ", ".join(f'"{c}"' for c in key)
+
+    def keep(table: pa.Table) -> pa.Table:
+        con = duckdb.connect()
+        con.register("rows", table.append_column("cq_i", pa.array(range(len(table)), pa.int64())))
+        kept = con.sql(
+            f"SELECT cq_i FROM (SELECT cq_i, __op, __ts_ms, __pos, row_number() OVER"
+            f" (PARTITION BY {cols} ORDER BY __pos DESC, cq_i DESC) AS cq_n FROM rows)"
+            f" WHERE cq_n = 1 AND NOT (__op = 'd' AND __ts_ms < {int(tombstones_before_ms)})"
+            " ORDER BY __pos, cq_i"
+        ).fetchnumpy()["cq_i"]
+        con.close()
+        return table.take(pa.array(kept))
+
+    return keep
+
+
+def _aligned(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The table with the merged file's columns: a column an older file lacks (added by schema
+    evolution) is null there, as Spark and DuckDB read it from the small file."""
+    columns = [
+        table.column(f.name) if f.name in table.column_names else pa.nulls(len(table), f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _tables(files: list[str], schema: pa.Schema, keep: Keep | None):
+    """The files' records (all of them at once when `keep` chooses among them)."""
+    tables = (_aligned(pq.read_table(f), schema) for f in files)
+    if keep is None:
+        yield from tables
+    else:
+        yield keep(pa.concat_tables(tables))
+
+
+def write_merged(stream: Path, files: list[str], name: str, keep: Keep | None = None) -> Path:
+    """The records of `files` (those `keep` keeps), in order, into `stream/name` (written
+    aside, then moved in: unlisted until the log names it). Row groups of about
+    ROW_GROUP_BYTES, as the stream writer makes them, so a sink's read splits a big file
+    between tasks."""
+    schema = pa.unify_schemas([pq.read_schema(f).remove_metadata() for f in files])
+    tmp = stream / f".{name}.{os.getpid()}.tmp"
+    pending: list[pa.Table] = []
+    with pq.ParquetWriter(
+        tmp, schema, coerce_timestamps="us", allow_truncated_timestamps=True
+    ) as out:
+        for table in _tables(files, schema, keep):
+            for batch in table.to_batches(max_chunksize=64 * 1024):
+                pending.append(pa.Table.from_batches([batch], schema))
+                if sum(t.nbytes for t in pending) >= ROW_GROUP_BYTES:
+                    out.write_table(pa.concat_tables(pending), row_group_size=1 << 30)
+                    pending = []
+        if pending:
+            out.write_table(pa.concat_tables(pending), row_group_size=1 << 30)
+    target = stream / name
+    tmp.replace(target)
+    return target
+
+
+def merge(
+    stream_path: str | Path, group: list[dict], log_time: int, keep: Keep | None = None
+) -> dict:
+    """Merge the committed files of `group` into one (`keep`: only the records it keeps, see
+    last_changes); returns its log entry. A kill at any
+    point leaves the log listing either the small files or the merged one: an unlisted merged
+    file is swept later, as are the small ones (their mtime is set to now, so that a reader
+    that listed them just before goes on reading them for sweep_orphans' grace time)."""
+    stream = Path(stream_path)
+    first = min(entry_times(e)[0] for e in group)
+    last = max(entry_times(e)[1] for e in group)
+    files = [local_path(e["path"]) for e in group]
+    name = f"merged-{first}-{last}-{uuid.uuid4().hex[:8]}.parquet"
+    target = write_merged(stream, files, name, keep)
+    now = time.time()
+    for f in files:
+        os.utime(f, (now, now))
+    entry = {
+        "path": target.resolve().as_uri(),
+        "size": target.stat().st_size,
+        "isDir": False,
+        "modificationTime": log_time,
+        "blockReplication": 1,
+        "blockSize": 33554432,
+        "action": "add",
+    }
+    replace_files(stream, {e["path"] for e in group}, [entry])
+    return entry

@@ -141,6 +141,10 @@ def run_child(cmd: list[str], env: dict | None = None, timeout: float = 1800) ->
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
+    except BaseException:  # interrupted: the child goes too
+        proc.terminate()
+        proc.wait(60)
+        raise
     seconds = time.time() - t0
     return proc.returncode, out, err, seconds, sampler.stop(), t0
 

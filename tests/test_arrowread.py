@@ -1,6 +1,7 @@
-"""Arrow-native range reads (connectorx): every column of the MySQL type corpus reads the same
-through connectorx as through the text path it replaces, or falls back to that path; the bulk
-bench's column types take the fast path; bounds are inlined only when they are integers."""
+"""Arrow-native range reads (connectorx): every column of the MySQL and the PostgreSQL type
+corpus reads the same through connectorx as through the text path it replaces, or falls back to
+that path; the bulk bench's column types take the fast path; bounds are inlined only when they
+are integers."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from connectql.connectors import arrowread, polling
 from connectql.connectors.mysql.client import connect, qualified
 from connectql.connectors.mysql.db import RAW, MyDb
 from connectql.connectors.mysql.types import Column, spark_type
-from tests.test_mysql import plain_db  # noqa: F401 (fixture)
+from connectql.connectors.postgres import types as pgtypes
+from connectql.connectors.postgres.client import connect as pg_connect
+from connectql.connectors.postgres.db import PgDb
+from tests import test_postgres_values as pgvalues
+from tests.test_mysql import pg_db, plain_db  # noqa: F401 (fixtures)
 from tests.test_mysql_corpus import COLUMNS, ROWS, _insert
 
 # the bulk bench's table (bench.mysql): these must not fall back
@@ -82,6 +87,54 @@ def test_every_corpus_column_reads_the_same_through_connectorx_or_falls_back(pla
     assert differ == []
     assert not BENCH_TYPES & set(fell_back), fell_back
     print(f"fell back to the text path: {fell_back}")
+
+
+PG_BENCH_TYPES = {"i4", "i8", "n2", "vc", "ts"}
+
+
+def test_every_postgres_value_reads_the_same_through_connectorx_or_falls_back(pg_db):  # noqa: F811
+    name, info = pg_db
+    pgvalues.sql(info, "CREATE TYPE mood AS ENUM ('ok', 'so so')")
+    pgvalues.sql(info, f"CREATE TABLE vals ({pgvalues.COLUMNS})")
+    for row in pgvalues.rows():
+        pgvalues.insert(info, row)
+    described = pgvalues.sql(
+        info,
+        "SELECT attname, format_type(atttypid, atttypmod), typtype = 'e' FROM pg_attribute"
+        " JOIN pg_type t ON t.oid = atttypid WHERE attrelid = 'vals'::regclass AND attnum > 0",
+    )
+    kinds = {n: (t, enum) for n, t, enum in described}
+    cfg = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "database": name}
+    address = arrowread.url("postgresql", cfg, 5432)
+    conn = pg_connect(cfg, autocommit=True)
+    fell_back, differ = [], []
+    try:
+        for column, (pg_type, enum) in kinds.items():
+            ddl = pgtypes.spark_type(pg_type, enum)
+            if column == "id" or ddl is None or ddl.startswith("ARRAY"):
+                continue
+            types = {"id": "integer", column: pg_type}
+            schema = T.StructType(
+                [T.StructField("id", T.IntegerType()), T.StructField(column, _spark(ddl))]
+            )
+            src = polling.Source('"public"."vals"', schema)
+            where, params = polling.range_where(PgDb(conn, types), ["id"], ["0"], ["1000"])
+            want = pa.Table.from_batches(
+                list(PgDb(conn, types).read(src.relation, where, params, schema, ["id"])),
+                schema=pgtypes.arrow_schema(schema),
+            )
+            fast = PgDb(conn, types, address).fast(src.relation, where, params, schema, ["id"])
+            if fast is None:
+                fell_back.append(column)
+                continue
+            got = pa.Table.from_batches(list(fast), schema=pgtypes.arrow_schema(schema))
+            if repr(got.to_pylist()) != repr(want.to_pylist()):  # NaN == NaN here
+                differ.append((column, got.to_pylist(), want.to_pylist()))
+    finally:
+        conn.close()
+    assert differ == []
+    assert not PG_BENCH_TYPES & set(fell_back), fell_back
+    print(f"fell back to the COPY CSV path: {fell_back}")
 
 
 def test_bounds_are_inlined_only_when_they_are_integers():

@@ -40,29 +40,44 @@ def url(scheme: str, cfg: dict, default_port: int) -> str | None:
     return f"{scheme}://{user}:{password}@{host}:{port}/{database}"
 
 
-def batches(address: str, sql: str, setup: str) -> Iterator[pa.RecordBatch]:
-    """The rows of `sql` as record batches, `setup` (a SET statement) run first."""
-    import connectorx
-
-    reader = connectorx.read_sql(
-        address,
-        sql,
-        return_type="arrow_stream",
-        pre_execution_query=setup,
-        batch_size=BATCH_ROWS,
-    )
-    yield from reader
-
-
-UNREADABLE = object()
-
-
-def first(reader: Iterator[pa.RecordBatch]):
-    """The first batch of `reader`, None when it has none, UNREADABLE when connectorx cannot
-    read the query (a column type it does not know: it raises, or panics)."""
+def read(address: str, sql: str, setup, target: pa.Schema, text=None):
+    """The rows of `sql` (`setup`: SET statements run first) as record batches of `target`;
+    string columns whose target is not a string or binary go through `text(array, type)`
+    (default: Arrow's cast). None when connectorx cannot read the query (a column type it
+    does not know: it raises, or panics)."""
+    reader = batches(address, sql, setup)
     try:
-        return next(reader, None)
+        first = next(reader, None)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # noqa: B036 (pyo3's PanicException is a BaseException)
-        return UNREADABLE
+        return None
+    return _cast(first, reader, target, text)
+
+
+def batches(address: str, sql: str, setup) -> Iterator[pa.RecordBatch]:
+    import connectorx
+
+    yield from connectorx.read_sql(
+        address, sql, return_type="arrow_stream", pre_execution_query=setup, batch_size=BATCH_ROWS
+    )
+
+
+def _cast(first, reader, target: pa.Schema, text) -> Iterator[pa.RecordBatch]:
+    if first is None:
+        return
+    yield _exact(first, target, text)
+    for batch in reader:
+        yield _exact(batch, target, text)
+
+
+def _exact(batch: pa.RecordBatch, target: pa.Schema, text) -> pa.RecordBatch:
+    arrays = []
+    for column, field in zip(batch.columns, target, strict=True):
+        is_text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        if is_text and text is not None and not pa.types.is_binary(field.type):
+            column = text(column.cast(pa.string()), field.type)
+        if pa.types.is_date32(field.type) and pa.types.is_integer(column.type):
+            column = column.cast(pa.int32())  # days since the epoch
+        arrays.append(column.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=target)

@@ -89,20 +89,7 @@ class MyDb:
         )
         if not sql:
             return None
-        reader = arrowread.batches(self.address, sql, SESSION)
-        first = arrowread.first(reader)
-        return (
-            None
-            if first is arrowread.UNREADABLE
-            else self._converted(first, reader, arrow_schema(schema))
-        )
-
-    def _converted(self, first, reader, target) -> Iterator[pa.RecordBatch]:
-        if first is None:
-            return
-        yield self._exact(first, target)
-        for batch in reader:
-            yield self._exact(batch, target)
+        return arrowread.read(self.address, sql, SESSION, arrow_schema(schema), _from_text)
 
     def fast_list(self, schema: StructType) -> str:
         """Signed integers as they are, binary columns as bytes, the rest as the server's text."""
@@ -114,16 +101,6 @@ class MyDb:
             )
             out.append(select_expr(c) if native else f"CAST({select_expr(c)} AS CHAR)")
         return ", ".join(out)
-
-    @staticmethod
-    def _exact(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-        arrays = []
-        for column, field in zip(batch.columns, target, strict=True):
-            text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
-            if text and not pa.types.is_binary(field.type):
-                column = _from_text(column.cast(pa.string()), field.type)
-            arrays.append(column.cast(field.type))
-        return pa.RecordBatch.from_arrays(arrays, schema=target)
 
     def _read(self, relation, where, params, schema, order) -> Iterator[pa.RecordBatch]:
         if len(order) == 1 and self._column(order[0]).data_type in INTEGERS:

@@ -223,6 +223,7 @@ def serve(home: Path, host: str, port: int, token: str | None, say=print) -> Non
 
     check_host(host, token)
     worker = Worker(home)  # takes the home's lock: a second worker is refused, naming the first
+    worker.start_session_early()  # ready, or nearly, when the first statement arrives
     try:
         with serving(worker, host, port, token) as (url, statements):
             say(f"connectql server on {url} (home {worker.home})")

@@ -46,9 +46,10 @@ NATIVE = {"int", "integer", "bigint"}  # signed: connectorx's Arrow integers are
 
 
 class MyDb:
-    def __init__(self, conn, types: dict[str, str], address: str | None = None):
+    def __init__(self, conn, types: dict[str, str], address: str | None = None, read_s=None):
         self.conn, self.types = conn, types  # types: column -> COLUMN_TYPE
         self.address = address  # a connectorx URL: ranges may be read through it
+        self.read_s = read_s  # read.timeout.ms, as the server's statement timeout there
 
     def quote(self, name: str) -> str:
         return quote(name)
@@ -89,7 +90,12 @@ class MyDb:
         )
         if not sql:
             return None
-        return arrowread.read(self.address, sql, SESSION, arrow_schema(schema), _from_text)
+        return arrowread.read(self.address, sql, self._setup(), arrow_schema(schema), _from_text)
+
+    def _setup(self) -> list[str]:
+        """connectorx's session: as client.connect's, with the read bound as the server's
+        statement timeout (connectorx has no client-side one)."""
+        return [*SESSION, *([f"SET max_statement_time = {self.read_s:g}"] if self.read_s else [])]
 
     def fast_list(self, schema: StructType) -> str:
         """Signed integers as they are, binary columns as bytes, the rest as the server's text."""

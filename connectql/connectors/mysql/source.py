@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from connectql.connectors import arrowread
+from connectql.connectors.bounds import Bounds
 from connectql.connectors.mysql import binlog, keyless
 from connectql.connectors.mysql.client import connect, qualified
 from connectql.connectors.mysql.db import RAW, MyDb
@@ -46,7 +47,8 @@ class MysqlStreamReader(TableStreamReader):
 
     def dialect(self, conn, table: Table) -> MyDb:
         address = arrowread.url("mysql", self.cfg.connection, 3306)
-        return MyDb(conn, {n: t for n, t, _s in table.columns}, address)
+        read_s = Bounds.of(self.cfg.connection).read_s
+        return MyDb(conn, {n: t for n, t, _s in table.columns}, address, read_s)
 
     def relation(self, table: str | None) -> str:
         return self.cfg.for_table(table).relation()

@@ -18,13 +18,14 @@ ROWS_PER_ARROW_BATCH = 65_536
 INTEGERS = {"smallint", "integer", "bigint"}
 # string columns connectorx reads as PostgreSQL's output function writes them
 PLAIN_TEXT = re.compile(r"^(text|character varying(\(\d+\))?)$")
-SESSION = "SET TimeZone = 'UTC'"  # as client.connect_kwargs
+SESSION = ["SET TimeZone = 'UTC'"]  # as client.connect_kwargs
 
 
 class PgDb:
-    def __init__(self, conn, types: dict[str, str], address: str | None = None):
+    def __init__(self, conn, types: dict[str, str], address: str | None = None, read_s=None):
         self.conn, self.types = conn, types  # types: column -> PostgreSQL type
         self.address = address  # a connectorx URL: ranges may be read through it
+        self.read_s = read_s  # read.timeout.ms, as the server's statement timeout there
 
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
@@ -63,7 +64,15 @@ class PgDb:
         )
         if not sql:
             return None
-        return arrowread.read(self.address, sql, SESSION, arrow_schema(schema))
+        return arrowread.read(self.address, sql, self._setup(), arrow_schema(schema))
+
+    def _setup(self) -> list[str]:
+        """connectorx's session: as client.connect's, with the read bound as the server's
+        statement timeout (connectorx has no client-side one)."""
+        return [
+            *SESSION,
+            *([f"SET statement_timeout = {int(self.read_s * 1000)}"] if self.read_s else []),
+        ]
 
     def fast_list(self, schema: StructType) -> str | None:
         """select_expr's columns, decimals as text (connectorx's decimals hold 10 digits of

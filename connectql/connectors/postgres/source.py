@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from connectql.connectors import arrowread, polling
+from connectql.connectors.bounds import Bounds
 from connectql.connectors.postgres import cdc, walstream
 from connectql.connectors.postgres.client import connect, qualified
 from connectql.connectors.postgres.db import PgDb
@@ -64,7 +65,8 @@ class PostgresStreamReader(TableStreamReader):
 
     def dialect(self, conn, table: Table) -> PgDb:
         address = arrowread.url("postgresql", self.cfg.connection, 5432)
-        return PgDb(conn, {n: pg for n, pg, _s in table.columns}, address)
+        read_s = Bounds.of(self.cfg.connection).read_s
+        return PgDb(conn, {n: pg for n, pg, _s in table.columns}, address, read_s)
 
     def relation(self, table: str | None) -> str:
         return self.cfg.for_table(table).relation()

@@ -282,9 +282,9 @@ CREATE SINK CONNECTOR {dst} TO postgres FROM {stream} WITH (
   {conn_dst}, table = 'orders', run = 'once', 'tasks.max' = {tasks});
 """
 CDC_SQL = """
-CREATE SOURCE CONNECTOR cdc_src FROM {source} INTO cdc_s WITH (
+CREATE SOURCE CONNECTOR {label}_src FROM {source} INTO {label}_s WITH (
   {conn_src}, table = 'orders', 'batch.rows' = {batch}, 'tasks.max' = {tasks});
-CREATE SINK CONNECTOR cdc_dst TO postgres FROM cdc_s WITH (
+CREATE SINK CONNECTOR {label}_dst TO postgres FROM {label}_s WITH (
   {conn_dst}, table = 'orders', 'tasks.max' = {tasks});
 """
 
@@ -387,10 +387,14 @@ class Connectql:
         target_info: str,
         check: Callable[[], str],
         timeout: float,
+        label: str = "cdc",
     ) -> Run:
         """A cdc source (snapshot, then changes) and a continuous sink into the PostgreSQL
-        database `target_info` (an empty orders table), timed until it holds `rows` rows."""
+        database `target_info` (an empty orders table), timed until it holds `rows` rows; the
+        connectors are `label`_src and `label`_dst."""
+        src, dst = f"{label}_src", f"{label}_dst"
         script = CDC_SQL.format(
+            label=label,
             source=self.source,
             conn_src=conn_src,
             conn_dst=conn_dst,
@@ -412,12 +416,12 @@ class Connectql:
                     break
                 if time.perf_counter() - last_check > 2:  # a failed connector ends the wait
                     last_check = time.perf_counter()
-                    errors = self.problems(["cdc_src", "cdc_dst"], *LIVE)
+                    errors = self.problems([src, dst], *LIVE)
                     if errors:
                         return Run(method, rows, last_check - t0, f"FAIL: {errors}")
                 time.sleep(POLL_COUNT_S)
         if full_at is None:
-            errors = self.problems(["cdc_src", "cdc_dst"], *LIVE)
+            errors = self.problems([src, dst], *LIVE)
             return Run(
                 method,
                 rows,
@@ -426,12 +430,12 @@ class Connectql:
             )
         seconds = full_at - t0
         result = check()
-        self.listener.wait_rows("cdc_dst", rows)
-        src_batches = self.listener.of("cdc_src", until=t0_wall + seconds)
-        dst_batches = self.listener.of("cdc_dst", until=t0_wall + seconds)
-        self.phases["cdc"] = [
-            Phase("cdc_src", t0_wall, src_batches, rows_done(src_batches, rows)),
-            Phase("cdc_dst", t0_wall, dst_batches, rows_done(dst_batches, rows)),
+        self.listener.wait_rows(dst, rows)
+        src_batches = self.listener.of(src, until=t0_wall + seconds)
+        dst_batches = self.listener.of(dst, until=t0_wall + seconds)
+        self.phases[label] = [
+            Phase(src, t0_wall, src_batches, rows_done(src_batches, rows)),
+            Phase(dst, t0_wall, dst_batches, rows_done(dst_batches, rows)),
         ]
         src_done = rows_done(src_batches, rows)
         note = (

@@ -126,6 +126,7 @@ def cmd_run(args) -> int:
         _run_statements(backend, path.read_text(), str(path), args.show)
         return 0
     worker = backend.worker
+    worker.start_session_early_for(path.read_text())
     info = console if args.format == "table" else err_console  # stdout: only the rows
     try:
         # the API on loopback, so that status, sql, pause, ... reach this worker from elsewhere

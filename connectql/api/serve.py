@@ -163,6 +163,7 @@ def serve(
 
     check_host(host, token)
     worker = Worker(home)  # takes the home's lock: a second worker is refused, naming the first
+    worker.start_session_early()  # ready, or nearly, when the first statement arrives
     try:
         with serving(worker, host, port, token, tls) as (url, statements):
             say(f"connectql server on {url} (home {worker.home})")

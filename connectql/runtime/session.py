@@ -33,6 +33,7 @@ DEFAULTS = {
 
 _lock = threading.Lock()
 _session = None
+_early: threading.Thread | None = None
 _jvm_output: tuple[Path, Callable[[], Iterable[str]]] | None = None
 
 
@@ -121,8 +122,35 @@ def get_session(settings: dict[str, str] | None = None):
         return _session
 
 
+def start_early(settings: dict[str, str] | None = None) -> None:
+    """Start the session in a background thread now, so that whatever the process does next
+    (parsing, the catalog, connecting to the systems) overlaps the JVM's start of ~5 s; the
+    first get_session() waits for it. A start that fails here is tried again, and reported, by
+    that first use."""
+    global _early
+    with _lock:
+        if _session is not None or _early is not None:
+            return
+
+        def start() -> None:
+            with contextlib.suppress(Exception):
+                get_session(settings)
+
+        _early = threading.Thread(target=start, name="connectql-session-start", daemon=True)
+        _early.start()
+
+
+def starting_or_started() -> bool:
+    """Whether a session exists or is being started in the background (a static Spark setting
+    can then no longer take effect)."""
+    return _session is not None or (_early is not None and _early.is_alive())
+
+
 def stop_session() -> None:
-    global _session
+    global _session, _early
+    if _early is not None:  # a background start finishes first, then is stopped
+        _early.join()
+        _early = None
     with _lock:
         if _session is not None:
             from pyspark import SparkContext

@@ -25,6 +25,7 @@ from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.grammar import ast
 from connectql.planner.plan import Plan, PlanContext, build_plan
 from connectql.planner.resolve import resolve, resolve_value
+from connectql.runtime import session
 from connectql.runtime.deadletters import DEADLETTER_DDL
 from connectql.runtime.engine import Engine
 from connectql.runtime.errors import short_error
@@ -117,6 +118,32 @@ class Worker:
                     e.name, states.STOPPED, "the previous worker stopped without shutting down"
                 )
 
+    def start_session_early(self) -> None:
+        """Start the SparkSession in the background now (connectql run, server) instead of at
+        the first statement that needs it, so that the script's parsing, checks and catalog
+        work overlap its start (goal 3 of the throughput issue)."""
+        session.start_early(self.engine.settings)
+
+    def start_session_early_for(self, script: str) -> None:
+        """start_session_early, unless `script` sets a Spark setting read only at the session's
+        start (spark.master, spark.driver.memory, ...), or does not parse (its error comes
+        first)."""
+        from connectql.grammar.parser import parse_script
+
+        try:
+            statements = parse_script(script)
+        except ConnectQLError:
+            return
+        static = [
+            s
+            for s in statements
+            if isinstance(s, ast.Set)
+            and s.key.startswith("spark.")
+            and not s.key.startswith("spark.sql.")
+        ]
+        if not static:
+            self.start_session_early()
+
     def resume_all(self) -> list[str]:
         """Start every connector whose desired state is running, from its checkpoint; returns
         the names of those whose query is running now."""
@@ -137,7 +164,7 @@ class Worker:
         self.catalog.close()
         stop_logging(self._log_handler)
         self.home_lock.release()
-        if stop_spark and self.engine.started:
+        if stop_spark and (self.engine.started or session.starting_or_started()):
             stop_session()
 
     def active(self) -> list[str]:
@@ -558,7 +585,7 @@ class Worker:
             return Result(f"{done}; streams that do not set it use it from the next check on")
         if not key.startswith("spark."):
             return Result(f"{done}; connectors that do not set {key} use it from now on")
-        if not self.engine.started:
+        if not (self.engine.started or session.starting_or_started()):
             self.engine.settings[s.key] = value
             return Result(done)
         if s.key.startswith("spark.sql."):

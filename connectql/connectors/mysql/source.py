@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from connectql.connectors import arrowread
+from connectql.connectors.bounds import Bounds
 from connectql.connectors.mysql import binlog, keyless
 from connectql.connectors.mysql.client import connect, qualified
 from connectql.connectors.mysql.db import RAW, MyDb
@@ -44,7 +46,9 @@ class MysqlStreamReader(TableStreamReader):
         return describe_source(conn, self.cfg.for_table(table))
 
     def dialect(self, conn, table: Table) -> MyDb:
-        return MyDb(conn, {n: t for n, t, _s in table.columns})
+        address = arrowread.url("mysql", self.cfg.connection, 3306)
+        read_s = Bounds.of(self.cfg.connection).read_s
+        return MyDb(conn, {n: t for n, t, _s in table.columns}, address, read_s)
 
     def relation(self, table: str | None) -> str:
         return self.cfg.for_table(table).relation()
@@ -90,8 +94,9 @@ class MysqlStreamReader(TableStreamReader):
     def log_snapshot(self, conn, table, part: Range) -> Iterator[pa.RecordBatch]:
         src = self._src(table)
 
-        def read(c) -> Iterator[pa.RecordBatch]:
-            return self.dialect(c, self.meta(c, table)).read(src.relation, "", (), src.schema, [])
+        def read(c) -> Iterator[pa.RecordBatch]:  # on `c`, in its snapshot: no connectorx
+            types = {n: t for n, t, _s in self.meta(c, table).columns}
+            return MyDb(c, types).read(src.relation, "", (), src.schema, [])
 
         yield from keyless.read_as_of(self, conn, table, part.log_from, src.schema, read)
 

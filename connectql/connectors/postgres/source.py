@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from connectql.connectors import polling
+from connectql.connectors import arrowread, polling
+from connectql.connectors.bounds import Bounds
 from connectql.connectors.postgres import cdc, walstream
 from connectql.connectors.postgres.client import connect, qualified
 from connectql.connectors.postgres.db import PgDb
@@ -63,7 +64,9 @@ class PostgresStreamReader(TableStreamReader):
         return describe_source(conn, self.cfg.for_table(table))
 
     def dialect(self, conn, table: Table) -> PgDb:
-        return PgDb(conn, {n: pg for n, pg, _s in table.columns})
+        address = arrowread.url("postgresql", self.cfg.connection, 5432)
+        read_s = Bounds.of(self.cfg.connection).read_s
+        return PgDb(conn, {n: pg for n, pg, _s in table.columns}, address, read_s)
 
     def relation(self, table: str | None) -> str:
         return self.cfg.for_table(table).relation()
@@ -162,7 +165,8 @@ class PostgresStreamReader(TableStreamReader):
         snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0]
         name = self.cfg.for_table(part.table).table
         walstream.save_snapshot(self._spool(), name, snapshot)
-        db = self.dialect(conn, self.meta(conn, part.table))
+        # on `conn`, in its transaction's snapshot: no connectorx
+        db = PgDb(conn, {n: pg for n, pg, _s in self.meta(conn, part.table).columns})
         for batch in polling.read_range(db, self._src(part.table), [], None, None):
             batch = self.with_snapshot_columns(batch, part.table, part.log_from)
             yield self._shape(part.table, batch)

@@ -1,0 +1,83 @@
+"""Arrow-native range reads through connectorx (Rust): a SELECT's rows arrive as Arrow record
+batches without a Python row loop. Used where a range's bounds are plain integers; a dialect
+falls back to its own reader for anything else (NOTES.md, "The Arrow floor for a bulk copy")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from urllib.parse import quote
+
+import pyarrow as pa
+
+BATCH_ROWS = 65_536
+_INTEGER = re.compile(r"^-?\d{1,19}$")
+
+
+def inline(sql: str, params: Sequence) -> str | None:
+    """`sql` with its %s placeholders replaced by `params` when every one is an integer's text
+    and the text has no other % (a query's own); None otherwise."""
+    texts = [str(p) for p in params]
+    if sql.count("%") != len(texts) or sql.count("%s") != len(texts):
+        return None
+    if not all(_INTEGER.match(t) for t in texts):
+        return None
+    for text in texts:
+        sql = sql.replace("%s", text, 1)
+    return sql
+
+
+def url(scheme: str, cfg: dict, default_port: int) -> str | None:
+    """A connectorx URL for a connection config (host, port, user, password, database); None
+    without a database (connectorx needs one)."""
+    if not cfg.get("database"):
+        return None
+    user = quote(str(cfg.get("user") or ""), safe="")
+    password = quote(str(cfg.get("password") or ""), safe="")
+    host = cfg.get("host", "localhost")
+    port = int(cfg.get("port", default_port))
+    database = quote(str(cfg["database"]), safe="")
+    return f"{scheme}://{user}:{password}@{host}:{port}/{database}"
+
+
+def read(address: str, sql: str, setup, target: pa.Schema, text=None):
+    """The rows of `sql` (`setup`: SET statements run first) as record batches of `target`;
+    string columns whose target is not a string or binary go through `text(array, type)`
+    (default: Arrow's cast). None when connectorx cannot read the query (a column type it
+    does not know: it raises, or panics)."""
+    reader = batches(address, sql, setup)
+    try:
+        first = next(reader, None)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: B036 (pyo3's PanicException is a BaseException)
+        return None
+    return _cast(first, reader, target, text)
+
+
+def batches(address: str, sql: str, setup) -> Iterator[pa.RecordBatch]:
+    import connectorx
+
+    yield from connectorx.read_sql(
+        address, sql, return_type="arrow_stream", pre_execution_query=setup, batch_size=BATCH_ROWS
+    )
+
+
+def _cast(first, reader, target: pa.Schema, text) -> Iterator[pa.RecordBatch]:
+    if first is None:
+        return
+    yield _exact(first, target, text)
+    for batch in reader:
+        yield _exact(batch, target, text)
+
+
+def _exact(batch: pa.RecordBatch, target: pa.Schema, text) -> pa.RecordBatch:
+    arrays = []
+    for column, field in zip(batch.columns, target, strict=True):
+        is_text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        if is_text and text is not None and not pa.types.is_binary(field.type):
+            column = text(column.cast(pa.string()), field.type)
+        if pa.types.is_date32(field.type) and pa.types.is_integer(column.type):
+            column = column.cast(pa.int32())  # days since the epoch
+        arrays.append(column.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=target)

@@ -292,11 +292,27 @@ def dead_letters(s: SinkSettings, batch_id: int, rejected, describe) -> pa.Table
     return pa.Table.from_pylist(rows, schema=DEADLETTER_ARROW)
 
 
+@dataclass(frozen=True)
+class Direct:
+    """A task's rows written straight into the target (Target.write): the transaction that
+    inserted them and the newest change among them (its __pos, if the rows have one, and seq)."""
+
+    xid: int
+    last_pos: str | None
+    last_seq: int
+
+
 @dataclass
 class Staged(WriterCommitMessage):
-    table: str | None  # None: the batch was committed before (a replay); nothing staged
+    table: str | None  # None: nothing staged (a replay, or rows written directly)
     rows: int
     ops: tuple[str, ...] = ()  # the distinct __op values among the rows (none: no __op column)
+    direct: Direct | None = None  # the rows went straight into the target
+
+
+class DirectOverlap(RuntimeError):
+    """Rows a task inserted straight into the target share keys with older changes another
+    task staged: the batch fails and its replay stages every row (those keys now conflict)."""
 
 
 class Target:
@@ -310,6 +326,7 @@ class Target:
     id; then drop the staging tables (inside the transaction where DDL is transactional)."""
 
     DDL_IN_TRANSACTION = True
+    DIRECT = False  # the dialect can insert a task's rows straight into the target
     PROGRESS_TIMESTAMP = "TIMESTAMP"
     TABLE_OPTIONS = ""  # after CREATE TABLE (...)
 
@@ -342,6 +359,17 @@ class Target:
         raise NotImplementedError
 
     def temp_table(self, conn, name: str, select: str) -> None:
+        raise NotImplementedError
+
+    def insert_direct(self, batches: list, first_seq: int) -> Direct | None:
+        """Insert the rows into the target in one transaction; None (nothing written) when the
+        target refuses any of them (a key it has, a value that does not fit) or its column
+        types do not take the rows as they are."""
+        raise NotImplementedError
+
+    def overlaps(self, conn, source: str, direct: list[Direct]) -> bool:
+        """Whether a staged row (of `source`) has the key of a row written directly in this
+        batch and is not newer than every row of that write."""
         raise NotImplementedError
 
     def new_value(self, column: str) -> str:  # in an upsert's update: the row's new value
@@ -483,6 +511,24 @@ class Target:
             rows = self.load(conn, name, self._selected(batches, ops), partition << 40)
         return Staged(name, rows, tuple(sorted(ops)))
 
+    def write(self, batch_id: int, partition: int, batches) -> Staged:
+        """A task's part of a batch (the Spark writer's entry): an upsert's rows that only
+        read or insert go straight into the target when it takes them all; else stage().
+        A replay of such a write conflicts with its own rows, so it is staged and merged."""
+        if not (self.DIRECT and self.s.mode == "upsert"):
+            return self.stage(batch_id, partition, batches)
+        ops: set[str] = set()
+        held = [rb for rb in self._selected(batches, ops) if rb.num_rows]
+        if held and ops <= {"r", "c"}:
+            with self.connect(autocommit=True) as conn:
+                if self.committed(conn) >= batch_id:
+                    return Staged(None, 0)
+            direct = self.insert_direct(held, partition << 40)
+            if direct is not None:
+                rows = sum(rb.num_rows for rb in held)
+                return Staged(None, rows, tuple(sorted(ops)), direct)
+        return self.stage(batch_id, partition, iter(held))
+
     def _selected(self, batches, ops: set[str]):
         """The staged columns of each batch, noting the change kinds (__op) they hold."""
         for rb in batches:
@@ -493,9 +539,15 @@ class Target:
 
     def commit(self, messages: list[Staged | None], batch_id: int) -> None:
         stages = staged_tables(messages)
+        direct = [m.direct for m in messages if m is not None and m.direct]
         with self.connect(autocommit=False) as conn:
             with self.transaction(conn):
                 if self.committed(conn, lock=True) < batch_id:
+                    if stages and direct and self.overlaps(conn, self.union(stages), direct):
+                        raise DirectOverlap(
+                            f"batch {batch_id}: rows inserted directly share keys with older"
+                            " staged changes; the replay stages them all"
+                        )
                     if stages:
                         self.apply(conn, stages, batch_id, inserts_only(messages))
                     self.execute(
@@ -682,7 +734,7 @@ class DbStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         ctx = TaskContext.get()
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-        return self.target.stage(batch_id, ctx.partitionId(), iterator)
+        return self.target.write(batch_id, ctx.partitionId(), iterator)
 
     def commit(self, messages: list[Staged], batch_id: int) -> None:
         self.target.commit(messages, batch_id)

@@ -6,6 +6,7 @@ staged and merged, and the result is always what the upsert of the batch gives."
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import psycopg
 import pyarrow as pa
@@ -25,6 +26,8 @@ SCHEMA = StructType(
     ]
 )
 
+SETTINGS = SinkSettings({}, "public", "t", "upsert", ("id",), True, True, connector="t_sink")
+
 
 @pytest.fixture
 def target(pg_shared):
@@ -37,21 +40,9 @@ def target(pg_shared):
         if ddl:
             with psycopg.connect(info, autocommit=True) as c:
                 c.execute(ddl)
-        s = SinkSettings(
-            connection={
-                "host": pg_shared.host,
-                "port": pg_shared.port,
-                "user": pg_shared.user,
-                "database": name,
-            },
-            schema="public",
-            table="t",
-            mode="upsert",
-            key=("id",),
-            delete_enabled=True,
-            auto_create=True,
-            writer_id=uuid.uuid4().hex[:12],
-            connector="t_sink",
+        where = {"host": pg_shared.host, "port": pg_shared.port, "user": pg_shared.user}
+        s = replace(
+            SETTINGS, connection={**where, "database": name}, writer_id=uuid.uuid4().hex[:12]
         )
         t = PgTarget(s, schema)
         t.prepare("test sink")

@@ -4,7 +4,9 @@ the exactly-once write/commit protocol (`Target`, `DbStreamWriter`) and dead let
 
 from __future__ import annotations
 
+import itertools
 import json
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -12,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc as ipc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -310,6 +313,43 @@ class Staged(WriterCommitMessage):
     direct: Direct | None = None  # the rows went straight into the target
 
 
+class NotInsertOnly(Exception):
+    """A task's rows turned out to hold an update or a delete: they cannot go in directly."""
+
+
+class Spill:
+    """The batches a direct write has taken, kept in a temporary Arrow file so that they can
+    be staged after all when the write is refused (memory stays at one batch)."""
+
+    def __init__(self):
+        self.rows, self._file, self._writer = 0, tempfile.TemporaryFile(), None
+
+    def __enter__(self) -> Spill:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()
+
+    def tee(self, batches, allowed: Callable[[], bool]):
+        """Yield `batches`, keeping each; raise NotInsertOnly (the batch kept) once not
+        `allowed()` after a batch."""
+        for rb in batches:
+            if self._writer is None:
+                self._writer = ipc.new_stream(self._file, rb.schema)
+            self._writer.write_batch(rb)
+            self.rows += rb.num_rows
+            if not allowed():
+                raise NotInsertOnly()
+            yield rb
+
+    def replay(self):
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._file.seek(0)
+        yield from ipc.open_stream(self._file)
+
+
 class DirectOverlap(RuntimeError):
     """Rows a task inserted straight into the target share keys with older changes another
     task staged: the batch fails and its replay stages every row (those keys now conflict)."""
@@ -361,10 +401,11 @@ class Target:
     def temp_table(self, conn, name: str, select: str) -> None:
         raise NotImplementedError
 
-    def insert_direct(self, batches: list, first_seq: int) -> Direct | None:
-        """Insert the rows into the target in one transaction; None (nothing written) when the
-        target refuses any of them (a key it has, a value that does not fit) or its column
-        types do not take the rows as they are."""
+    def insert_direct(self, batches, first_seq: int) -> Direct | None:
+        """Insert the rows (an iterator of Arrow batches) into the target in one transaction;
+        None (nothing written) when the target refuses any of them (a key it has, a value that
+        does not fit), its column types do not take the rows as they are, or `batches` raises
+        NotInsertOnly."""
         raise NotImplementedError
 
     def overlaps(self, conn, source: str, direct: list[Direct]) -> bool:
@@ -517,17 +558,16 @@ class Target:
         A replay of such a write conflicts with its own rows, so it is staged and merged."""
         if not (self.DIRECT and self.s.mode == "upsert"):
             return self.stage(batch_id, partition, batches)
+        with self.connect(autocommit=True) as conn:
+            if self.committed(conn) >= batch_id:
+                return Staged(None, 0)
         ops: set[str] = set()
-        held = [rb for rb in self._selected(batches, ops) if rb.num_rows]
-        if held and ops <= {"r", "c"}:
-            with self.connect(autocommit=True) as conn:
-                if self.committed(conn) >= batch_id:
-                    return Staged(None, 0)
-            direct = self.insert_direct(held, partition << 40)
+        rows = (rb for rb in self._selected(batches, ops) if rb.num_rows)
+        with Spill() as spill:
+            direct = self.insert_direct(spill.tee(rows, lambda: ops <= {"r", "c"}), partition << 40)
             if direct is not None:
-                rows = sum(rb.num_rows for rb in held)
-                return Staged(None, rows, tuple(sorted(ops)), direct)
-        return self.stage(batch_id, partition, iter(held))
+                return Staged(None, spill.rows, tuple(sorted(ops)), direct)
+            return self.stage(batch_id, partition, itertools.chain(spill.replay(), rows))
 
     def _selected(self, batches, ops: set[str]):
         """The staged columns of each batch, noting the change kinds (__op) they hold."""

@@ -16,6 +16,7 @@ from connectql.connectors.dbsink import (
     SEQ_COLUMN,
     DbStreamWriter,
     Direct,
+    NotInsertOnly,
     SinkSettings,
     Target,
     change_order,
@@ -84,12 +85,20 @@ def copy_rows(conn, table: str, columns: str, batches, seq_from: int | None = No
     return rows
 
 
-def last_position(batches: list[pa.RecordBatch]) -> str | None:
-    """The greatest __pos among the batches (byte order, as COLLATE "C" compares)."""
-    if "__pos" not in batches[0].schema.names:
-        return None
-    found = [pc.max(rb.column("__pos")).as_py() for rb in batches]
-    return max((p for p in found if p is not None), default=None)
+class Newest:
+    """Passes batches on, noting the greatest __pos among them (byte order, as COLLATE "C"
+    compares; None without __pos)."""
+
+    def __init__(self, batches):
+        self.batches, self.pos = batches, None
+
+    def __iter__(self):
+        for rb in self.batches:
+            if "__pos" in rb.schema.names:
+                found = pc.max(rb.column("__pos")).as_py()
+                if found is not None and (self.pos is None or found > self.pos):
+                    self.pos = found
+            yield rb
 
 
 class PgTarget(Target):
@@ -124,7 +133,7 @@ class PgTarget(Target):
         live = (rb for rb in batches if rb.num_rows)
         return copy_rows(conn, self.table(stage), columns, live, first_seq)
 
-    def insert_direct(self, batches: list, first_seq: int) -> Direct | None:
+    def insert_direct(self, batches, first_seq: int) -> Direct | None:
         cols = target_columns(self.names, self.s.mode)
         target = self.table(self.s.table)
         types = self.column_types("")
@@ -134,15 +143,16 @@ class PgTarget(Target):
             ).fetchall()
             if unfit:
                 return None
+            newest = Newest(batches)
             try:
                 with conn.transaction():
                     xid = conn.execute("SELECT txid_current() % 4294967296").fetchone()[0]
                     rows = copy_rows(
-                        conn, target, self.columns(cols), (b.select(cols) for b in batches)
+                        conn, target, self.columns(cols), (b.select(cols) for b in newest)
                     )
-            except (*REJECTED, psycopg.errors.DatatypeMismatch):  # staging casts the latter
-                return None
-        return Direct(xid, last_position(batches), first_seq + rows - 1)
+            except (*REJECTED, psycopg.errors.DatatypeMismatch, NotInsertOnly):
+                return None  # staging takes them (and casts what the target's types differ in)
+        return Direct(xid, newest.pos, first_seq + rows - 1)
 
     def overlaps(self, conn, source: str, direct: list[Direct]) -> bool:
         order = [f"s.{self.quote(c)}" for c in change_order(self.names)]

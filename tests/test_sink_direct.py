@@ -151,3 +151,16 @@ def test_a_target_whose_column_types_differ_is_written_through_staging(target):
     assert m.direct is not None
     t2.commit([m], 0)
     assert target.rows() == [(1, "a"), (2, None), (3, "c")]
+
+
+def test_an_update_after_inserts_in_one_task_stages_every_row_of_it(target):
+    """The direct write takes batches as they come: an update in a later batch undoes it, and
+    the batches it had taken are staged with the rest."""
+    t = target()
+    first = batch(t, [(1, "a", "c", "1"), (2, "b", "c", "2")])
+    second = batch(t, [(1, "A", "u", "3"), (3, "c", "c", "4")])
+    m = t.write(0, 0, iter([first, second]))
+    assert m.direct is None and m.table and m.rows == 4
+    assert target.rows() == []  # nothing went in directly
+    t.commit([m], 0)
+    assert target.rows() == [(1, "A"), (2, "b"), (3, "c")]

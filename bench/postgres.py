@@ -330,7 +330,7 @@ def breakdown(dbs: Databases, rows: int) -> list[tuple[str, float, str]]:
     steps += sink_steps(conn_cfg, "cdc rows", cdc_batches, cdc_schema, "orders_cdc")
     del cdc_batches
     source = checksum(dbs.info("srcdb"))
-    for table in ("orders", "orders_plain", "orders_cdc"):
+    for table in ("orders", "orders_plain", "orders_cdc", "orders_direct", "orders_cdc_direct"):
         got = checksum(info, table)
         if got != source:
             steps.append((f"[red]check of {table}[/red]", 0.0, check_text(got, source)))
@@ -413,6 +413,43 @@ def sink_steps(
                     "another empty target",
                 )
             )
+    return steps + binary_steps(conn_cfg, tag, batches, settings, schema, defs, cols)
+
+
+def binary_steps(conn_cfg, tag: str, batches, settings, schema, defs: str, cols: str):
+    """The sink's binary COPY (pgpq): into an unlogged staging table (a batch that updates or
+    deletes), and straight into an empty target `<table>_direct` (a batch that only inserts:
+    PgTarget.insert_direct, as a task runs it)."""
+    from dataclasses import replace
+
+    from connectql.connectors.postgres.client import connect
+    from connectql.connectors.postgres.sink import PgTarget, copy_rows
+
+    steps = []
+    names = schema.fieldNames()
+    stage = f"cq_stage_bench_{settings.table}_bin"
+    with connect(conn_cfg, autocommit=True) as conn:
+        conn.execute(f"CREATE UNLOGGED TABLE {stage} ({defs})")
+        conn.execute(TABLE_DDL.format(name=f"{settings.table}_direct"))
+        t0 = time.perf_counter()
+        copy_rows(conn, stage, cols, (rb.select(names) for rb in batches), 0)
+        steps.append(
+            (
+                tag + "binary COPY (pgpq) into an unlogged staging table",
+                time.perf_counter() - t0,
+                "1 task",
+            )
+        )
+    target = PgTarget(replace(settings, table=f"{settings.table}_direct"), schema)
+    t0 = time.perf_counter()
+    done = target.insert_direct(batches, 0)
+    steps.append(
+        (
+            tag + "binary COPY (pgpq) straight into the target",
+            time.perf_counter() - t0,
+            "an insert-only batch; no merge" if done else "[red]refused[/red]",
+        )
+    )
     return steps
 
 

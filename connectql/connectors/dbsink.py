@@ -4,7 +4,9 @@ the exactly-once write/commit protocol (`Target`, `DbStreamWriter`) and dead let
 
 from __future__ import annotations
 
+import itertools
 import json
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -12,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc as ipc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -288,11 +291,64 @@ def dead_letters(s: SinkSettings, batch_id: int, rejected, describe) -> pa.Table
     return pa.Table.from_pylist(rows, schema=DEADLETTER_ARROW)
 
 
+@dataclass(frozen=True)
+class Direct:
+    """A task's rows written straight into the target (Target.write): the transaction that
+    inserted them and the newest change among them (its __pos, if the rows have one, and seq)."""
+
+    xid: int
+    last_pos: str | None
+    last_seq: int
+
+
 @dataclass
 class Staged(WriterCommitMessage):
-    table: str | None  # None: the batch was committed before (a replay); nothing staged
+    table: str | None  # None: nothing staged (a replay, or rows written directly)
     rows: int
     ops: tuple[str, ...] = ()  # the distinct __op values among the rows (none: no __op column)
+    direct: Direct | None = None  # the rows went straight into the target
+
+
+class NotInsertOnly(Exception):
+    """A task's rows turned out to hold an update or a delete: they cannot go in directly."""
+
+
+class Spill:
+    """The batches a direct write has taken, kept in a temporary Arrow file so that they can
+    be staged after all when the write is refused (memory stays at one batch)."""
+
+    def __init__(self):
+        self.rows, self._file, self._writer = 0, tempfile.TemporaryFile(), None
+
+    def __enter__(self) -> Spill:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()
+
+    def tee(self, batches, allowed: Callable[[], bool]):
+        """Yield `batches`, keeping each; raise NotInsertOnly (the batch kept) once not
+        `allowed()` after a batch."""
+        for rb in batches:
+            if self._writer is None:
+                self._writer = ipc.new_stream(self._file, rb.schema)
+            self._writer.write_batch(rb)
+            self.rows += rb.num_rows
+            if not allowed():
+                raise NotInsertOnly()
+            yield rb
+
+    def replay(self):
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._file.seek(0)
+        yield from ipc.open_stream(self._file)
+
+
+class DirectOverlap(RuntimeError):
+    """Rows a task inserted straight into the target share keys with older changes another
+    task staged: the batch fails and its replay stages every row (those keys now conflict)."""
 
 
 class Target:
@@ -306,6 +362,7 @@ class Target:
     id; then drop the staging tables (inside the transaction where DDL is transactional)."""
 
     DDL_IN_TRANSACTION = True
+    DIRECT = False  # the dialect can insert a task's rows straight into the target
     PROGRESS_TIMESTAMP = "TIMESTAMP"
     TABLE_OPTIONS = ""  # after CREATE TABLE (...)
 
@@ -338,6 +395,18 @@ class Target:
         raise NotImplementedError
 
     def temp_table(self, conn, name: str, select: str) -> None:
+        raise NotImplementedError
+
+    def insert_direct(self, batches, first_seq: int) -> Direct | None:
+        """Insert the rows (an iterator of Arrow batches) into the target in one transaction;
+        None (nothing written) when the target refuses any of them (a key it has, a value that
+        does not fit), its column types do not take the rows as they are, or `batches` raises
+        NotInsertOnly."""
+        raise NotImplementedError
+
+    def overlaps(self, conn, source: str, direct: list[Direct]) -> bool:
+        """Whether a staged row (of `source`) has the key of a row written directly in this
+        batch and is not newer than every row of that write."""
         raise NotImplementedError
 
     def new_value(self, column: str) -> str:  # in an upsert's update: the row's new value
@@ -479,6 +548,23 @@ class Target:
             rows = self.load(conn, name, self._selected(batches, ops), partition << 40)
         return Staged(name, rows, tuple(sorted(ops)))
 
+    def write(self, batch_id: int, partition: int, batches) -> Staged:
+        """A task's part of a batch (the Spark writer's entry): an upsert's rows that only
+        read or insert go straight into the target when it takes them all; else stage().
+        A replay of such a write conflicts with its own rows, so it is staged and merged."""
+        if not (self.DIRECT and self.s.mode == "upsert"):
+            return self.stage(batch_id, partition, batches)
+        with self.connect(autocommit=True) as conn:
+            if self.committed(conn) >= batch_id:
+                return Staged(None, 0)
+        ops: set[str] = set()
+        rows = (rb for rb in self._selected(batches, ops) if rb.num_rows)
+        with Spill() as spill:
+            direct = self.insert_direct(spill.tee(rows, lambda: ops <= {"r", "c"}), partition << 40)
+            if direct is not None:
+                return Staged(None, spill.rows, tuple(sorted(ops)), direct)
+            return self.stage(batch_id, partition, itertools.chain(spill.replay(), rows))
+
     def _selected(self, batches, ops: set[str]):
         """The staged columns of each batch, noting the change kinds (__op) they hold."""
         for rb in batches:
@@ -489,9 +575,15 @@ class Target:
 
     def commit(self, messages: list[Staged | None], batch_id: int) -> None:
         stages = staged_tables(messages)
+        direct = [m.direct for m in messages if m is not None and m.direct]
         with self.connect(autocommit=False) as conn:
             with self.transaction(conn):
                 if self.committed(conn, lock=True) < batch_id:
+                    if stages and direct and self.overlaps(conn, self.union(stages), direct):
+                        raise DirectOverlap(
+                            f"batch {batch_id}: rows inserted directly share keys with older"
+                            " staged changes; the replay stages them all"
+                        )
                     if stages:
                         self.apply(conn, stages, batch_id, inserts_only(messages))
                     self.execute(
@@ -678,7 +770,7 @@ class DbStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         ctx = TaskContext.get()
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-        return self.target.stage(batch_id, ctx.partitionId(), iterator)
+        return self.target.write(batch_id, ctx.partitionId(), iterator)
 
     def commit(self, messages: list[Staged], batch_id: int) -> None:
         self.target.commit(messages, batch_id)

@@ -1,22 +1,29 @@
-"""The PostgreSQL sink's Spark writer: each task COPYs its rows into an unlogged staging table;
-the driver's commit merges the batch into the target, records its id and drops the staging
-tables in one transaction, so a replayed batch is skipped (exactly-once). The protocol is
-dbsink.Target's; this is the PostgreSQL dialect."""
+"""The PostgreSQL sink's Spark writer: each task COPYs its rows (Arrow encoded by pgpq into
+COPY's binary format) straight into the target when they only insert keys it lacks, else into
+an unlogged staging table; the driver's commit merges the staged rows into the target, records
+the batch id and drops the staging tables in one transaction, so a replayed batch is skipped
+(exactly-once). The protocol is dbsink.Target's; this is the PostgreSQL dialect."""
 
 from __future__ import annotations
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
+from pgpq import ArrowToPostgresBinaryEncoder
 from pyspark.sql.types import StructType
 
 from connectql.connectors.dbsink import (
     SEQ_COLUMN,
     DbStreamWriter,
+    Direct,
+    NotInsertOnly,
     SinkSettings,
     Target,
+    change_order,
+    target_columns,
 )
 from connectql.connectors.postgres.client import connect
-from connectql.connectors.postgres.types import arrow_to_csv, pg_type
+from connectql.connectors.postgres.types import pg_type
 from connectql.errors import PlanError
 
 # what a target rejects row by row (constraint, type, length), as opposed to transient errors
@@ -36,8 +43,67 @@ def column_types(schema: StructType, where: str) -> dict[str, str]:
     return out
 
 
+# the target column types that take a sink type's binary COPY form as their own value (the
+# session is in UTC, so timestamp and timestamptz both read microseconds of UTC wall time)
+_SAME_BINARY = (
+    "(VALUES ('character varying', 'text'), ('timestamp', 'timestamptz'),"
+    " ('timestamptz', 'timestamp')) p(target, ours)"
+)
+# the columns (name, the sink's type for it) whose target type does not take that type's form
+_UNFIT_COLUMNS = f"""
+SELECT c.name FROM unnest(%s::text[], %s::text[]) AS c(name, ours)
+LEFT JOIN pg_attribute a ON a.attrelid = %s::regclass AND a.attname = c.name
+  AND a.attnum > 0 AND NOT a.attisdropped
+WHERE a.atttypid IS DISTINCT FROM c.ours::regtype AND NOT EXISTS (SELECT 1 FROM {_SAME_BINARY}
+  WHERE p.target::regtype = a.atttypid AND p.ours::regtype = c.ours::regtype)
+"""
+
+
+def copy_type(pg: str) -> str:
+    """The column type whose binary COPY form pgpq writes for a column of type `pg`: its own,
+    but an array's elements name their type and pgpq names every timestamp's 'timestamp'."""
+    return "timestamp[]" if pg == "timestamptz[]" else pg
+
+
+def copy_rows(conn, table: str, columns: str, batches, seq_from: int | None = None) -> int:
+    """COPY Arrow batches into `table` (`columns`, quoted) in COPY's binary format; with
+    `seq_from`, each row gets SEQ_COLUMN (seq_from, seq_from + 1, ...) last. Returns the rows."""
+    rows, encoder = 0, None
+    batches = iter(batches)
+    with conn.cursor().copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT binary)") as copy:
+        for rb in batches:
+            if seq_from is not None:
+                seq = pa.array(range(seq_from + rows, seq_from + rows + rb.num_rows), pa.int64())
+                rb = rb.append_column(SEQ_COLUMN, seq)
+            if encoder is None:
+                encoder = ArrowToPostgresBinaryEncoder(rb.schema)
+                copy.write(encoder.write_header())
+            copy.write(encoder.write_batch(rb))
+            rows += rb.num_rows
+        if encoder is not None:
+            copy.write(encoder.finish())
+    return rows
+
+
+class Newest:
+    """Passes batches on, noting the greatest __pos among them (byte order, as COLLATE "C"
+    compares; None without __pos)."""
+
+    def __init__(self, batches):
+        self.batches, self.pos = batches, None
+
+    def __iter__(self):
+        for rb in self.batches:
+            if "__pos" in rb.schema.names:
+                found = pc.max(rb.column("__pos")).as_py()
+                if found is not None and (self.pos is None or found > self.pos):
+                    self.pos = found
+            yield rb
+
+
 class PgTarget(Target):
     PROGRESS_TIMESTAMP = "timestamptz"
+    DIRECT = True
 
     def connect(self, autocommit: bool):
         return connect(self.s.connection, autocommit=autocommit)
@@ -60,21 +126,49 @@ class PgTarget(Target):
 
     def load(self, conn, stage: str, batches, first_seq: int) -> int:
         types = self.column_types("")
-        defs = [f"{self.quote(n)} {types[n]}" for n in self.names]
+        defs = [f"{self.quote(n)} {copy_type(types[n])}" for n in self.names]
         defs.append(f"{self.quote(SEQ_COLUMN)} bigint")
         conn.execute(f"CREATE UNLOGGED TABLE {self.table(stage)} ({', '.join(defs)})")
         columns = self.columns([*self.names, SEQ_COLUMN])
-        rows = 0
-        with conn.cursor().copy(
-            f"COPY {self.table(stage)} ({columns}) FROM STDIN (FORMAT csv)"
-        ) as copy:
-            for rb in batches:
-                if rb.num_rows == 0:
-                    continue
-                seq = pa.array(range(first_seq + rows, first_seq + rows + rb.num_rows), pa.int64())
-                copy.write(arrow_to_csv(rb.append_column(SEQ_COLUMN, seq)))
-                rows += rb.num_rows
-        return rows
+        live = (rb for rb in batches if rb.num_rows)
+        return copy_rows(conn, self.table(stage), columns, live, first_seq)
+
+    def insert_direct(self, batches, first_seq: int) -> Direct | None:
+        cols = target_columns(self.names, self.s.mode)
+        target = self.table(self.s.table)
+        types = self.column_types("")
+        with self.connect(autocommit=True) as conn:
+            unfit = conn.execute(
+                _UNFIT_COLUMNS, (cols, [copy_type(types[c]) for c in cols], target)
+            ).fetchall()
+            if unfit:
+                return None
+            newest = Newest(batches)
+            try:
+                with conn.transaction():
+                    xid = conn.execute("SELECT txid_current() % 4294967296").fetchone()[0]
+                    rows = copy_rows(
+                        conn, target, self.columns(cols), (b.select(cols) for b in newest)
+                    )
+            except (*REJECTED, psycopg.errors.DatatypeMismatch, NotInsertOnly):
+                return None  # staging takes them (and casts what the target's types differ in)
+        return Direct(xid, newest.pos, first_seq + rows - 1)
+
+    def overlaps(self, conn, source: str, direct: list[Direct]) -> bool:
+        order = [f"s.{self.quote(c)}" for c in change_order(self.names)]
+        if "__pos" in self.names:
+            order[0] += ' COLLATE "C"'
+        last = ["d.pos", "d.seq"] if "__pos" in self.names else ["d.seq"]
+        values = ", ".join(["(%s::bigint, %s::text, %s::bigint)"] * len(direct))
+        params = [v for d in direct for v in (d.xid, d.last_pos, d.last_seq)]
+        found = conn.execute(
+            f"SELECT 1 FROM ({source}) s JOIN {self.table(self.s.table)} t"
+            f" ON {self.key_match('t', 's')} JOIN (VALUES {values}) d(xid, pos, seq)"
+            " ON t.xmin::text::bigint = d.xid"
+            f" WHERE NOT coalesce(({', '.join(order)}) > ({', '.join(last)}), false) LIMIT 1",
+            params,
+        ).fetchone()
+        return found is not None
 
     def temp_table(self, conn, name: str, select: str) -> None:
         conn.execute(f"DROP TABLE IF EXISTS {name}")

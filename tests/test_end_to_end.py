@@ -10,7 +10,7 @@ import pytest
 from connectql.catalog.store import Catalog
 from connectql.errors import ConnectQLError, ParseError, PlanError, ValidationError
 from connectql.server.worker import Worker
-from tests.helpers import read_parquet_rows, run, wait_until
+from tests.helpers import lag_of, read_parquet_rows, run, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -110,7 +110,8 @@ def test_file_source_infers_the_schema_and_picks_up_new_files(worker, tmp_path):
     (inbox / "a.json").write_text('{"id": 1, "name": "x"}\n{"id": 2, "name": "y"}\n')
     run(
         worker,
-        f"CREATE SOURCE CONNECTOR files FROM file INTO people"
+        f"SET 'stream.retention.check.interval' = '1 s';"
+        f" CREATE SOURCE CONNECTOR files FROM file INTO people"
         f" WITH (path = '{inbox}', format = 'json')",
     )
     stream = worker.home / "streams/people"
@@ -119,6 +120,15 @@ def test_file_source_infers_the_schema_and_picks_up_new_files(worker, tmp_path):
     wait_until(lambda: read_parquet_rows(stream) == [(3, 3)], what="the new file")
     assert state(worker, "files") == "RUNNING"
     assert worker.catalog.get_stream("people").schema == "`id` BIGINT, `name` STRING"
+    # its lag: the files it has not read (a paused source reads none)
+    wait_until(lambda: lag_of(worker, "files") == 0, what="lag 0")
+    run(worker, "PAUSE CONNECTOR files")
+    (inbox / "c.json").write_text('{"id": 4, "name": "w"}\n')
+    (inbox / "_skipped.json").write_text("not data to Spark's file source\n")
+    wait_until(lambda: lag_of(worker, "files") == 1, what="lag 1 while paused")
+    run(worker, "RESUME CONNECTOR files")
+    wait_until(lambda: read_parquet_rows(stream) == [(4, 4)], what="the file after RESUME")
+    wait_until(lambda: lag_of(worker, "files") == 0, what="lag 0 again")
 
 
 def test_csv_file_source_to_csv_sink_keeps_empty_strings(worker, tmp_path):

@@ -305,7 +305,8 @@ class Catalog:
                 "UPDATE connectors SET rows_total = rows_total + ?, rows_written = rows_written + ?,"
                 " rows_filtered = rows_filtered + ?, rows_dead_lettered = rows_dead_lettered + ?,"
                 " rows_per_sec = CASE WHEN state IN ? THEN ? ELSE 0 END, last_batch_at = ?,"
-                " lag = CASE WHEN kind = 'sink' THEN lag ELSE ? END WHERE name = ?",
+                " lag = CASE WHEN kind = 'sink' OR type = 'file' THEN lag ELSE ? END"
+                " WHERE name = ?",
                 [*counts, list(states.MOVING), p["processed_rows_per_sec"], p["started_at"]]
                 + [p.get("lag"), name],
             )
@@ -373,11 +374,10 @@ class Catalog:
             ],
         )
 
-    def set_sink_lag(self, name: str, records: int) -> None:
-        """A sink's lag: records of its streams it has not read (the retention pass counts)."""
-        self.execute(
-            "UPDATE connectors SET lag = ? WHERE name = ? AND kind = 'sink'", [records, name]
-        )
+    def set_measured_lag(self, name: str, lag: int) -> None:
+        """The lag of a sink (records of its streams not read) or a file source (files not
+        read), measured by the worker's retention pass rather than reported by its query."""
+        self.execute("UPDATE connectors SET lag = ? WHERE name = ?", [lag, name])
 
     def add_rows_lost(self, name: str, rows: int) -> None:
         self.execute(

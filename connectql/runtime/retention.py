@@ -223,6 +223,20 @@ def files_read(checkpoint: str | Path) -> set[str]:
     return set(reader_of(checkpoint).read)
 
 
+def files_unread(directory: str | Path, checkpoint: str | Path) -> int:
+    """How many files of a `file` source's directory its committed batches have not read
+    (names starting with '_' or '.' are not data to Spark's file source)."""
+    read = files_read(checkpoint)
+    root = Path(directory).resolve()
+    return sum(
+        1
+        for f in root.rglob("*")
+        if f.is_file()
+        and not any(part.startswith(("_", ".")) for part in f.relative_to(root).parts)
+        and str(f) not in read
+    )
+
+
 @dataclass
 class Decision:
     """What one retention pass does to a stream."""

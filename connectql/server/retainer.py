@@ -32,6 +32,7 @@ from connectql.runtime.retention import (
     compact_group,
     decide,
     entry_times,
+    files_unread,
     last_commit,
     local_path,
     merge_groups,
@@ -103,7 +104,21 @@ class Retainer:
             for sink, r in readers.items():
                 behind[sink] = behind.get(sink, 0) + r["records_behind"]
         for sink, records in behind.items():
-            cat.set_sink_lag(sink, records)
+            cat.set_measured_lag(sink, records)
+        self._file_sources_lag()
+
+    def _file_sources_lag(self) -> None:
+        """A `file` source's lag: the files of its directory it has not read yet."""
+        cat = self.worker.catalog
+        for e in cat.connectors():
+            path = Path(str(e.options.get("path", "")))
+            if e.kind != "source" or e.type != "file" or not path.is_dir():
+                continue  # a path given by ${env:..} or not made yet: no count
+            try:
+                unread = files_unread(path, self.worker.checkpoint_of(e.name))
+            except OSError:  # files coming and going while listed: the next pass counts
+                continue
+            cat.set_measured_lag(e.name, unread)
 
     def _retain(self, stream: StreamEntry, options: dict) -> dict:
         """Remove what the stream's retention expires; its sinks' progress (records_behind)."""

@@ -273,7 +273,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._planned
 
     def reportLatestOffset(self) -> dict | None:  # noqa: N802
-        """{"lag": n}: how far the source is behind the end of the batch last planned (the
+        """{"lag": n, "unit": ...}: how far the source is behind the end of the batch last planned (the
         engine shows n as the connector's lag), asked of the database at most every LAG_EVERY_S;
         None where the source cannot say."""
         now = time.monotonic()
@@ -283,7 +283,10 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._lag = self._lag_after(self._planned)
             except Exception:  # advisory: a failed count must not fail the batch
                 self._lag = None
-        return None if self._lag is None else {"lag": self._lag}
+        if self._lag is None:
+            return None
+        following = self.cdc and self._planned.get("phase") == "stream"
+        return {"lag": self._lag, "unit": "bytes" if following else "rows"}
 
     def _lag_after(self, end: dict) -> int | None:
         """cdc following the log: bytes of log not yet read; incremental: rows not yet read

@@ -46,6 +46,18 @@ def lag(end: str | None, latest: str | None, field: str | None) -> int | None:
         return None
 
 
+def rows_behind(end: str | None, latest: str | None, field: str | None) -> int | None:
+    """The lag when it counts records the source can deliver now (not bytes of a change log,
+    much of which may be other tables' changes): what a stall is judged by."""
+    try:
+        reported = json.loads(latest) if latest else None
+    except ValueError:
+        return None
+    if isinstance(reported, dict) and reported.get("unit", "rows") != "rows":
+        return None
+    return lag(end, latest, field)
+
+
 def _offset_json(text: str | None) -> str | None:
     """Spark reports a missing offset as None, 'None' or 'null'."""
     return text if text and text.lstrip().startswith(("{", "[")) else None
@@ -74,6 +86,7 @@ def progress_row(p, lag_field: str | None, dead_lettered: int = 0) -> dict[str, 
         "end_offset": end,
         "latest_offset": latest,
         "lag": lag(end, latest, lag_field),
+        "rows_behind": rows_behind(end, latest, lag_field),
     }
 
 

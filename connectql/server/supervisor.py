@@ -70,7 +70,7 @@ class Supervisor:
         self.worker.catalog.record_progress(name, row)
         self.attempts.pop(name, None)  # a batch completed: the failure streak is over
         self.busy_since.pop(name, None)
-        self.lag[name] = row.get("lag")
+        self.lag[name] = row.get("rows_behind")
         if row["input_rows"] > 0:
             self.last_data[name] = time.monotonic()
         cat = self.worker.catalog

@@ -81,7 +81,11 @@ class PostgresStreamReader(TableStreamReader):
         return self._tailer.seen
 
     def log_behind(self, conn, position: int) -> int:
-        return max(0, cdc.current_lsn(conn) - position)
+        """While streaming, from the end of WAL the server last told the tailer: no query, so
+        a server that hangs holds no batch up for a lag."""
+        if self.available_now or self._tailer is None:
+            return max(0, cdc.current_lsn(conn) - position)
+        return max(0, self._tailer.server_end - position)
 
     def _captured(self) -> set[str]:
         return {cdc.decoded_name(self.cfg.schema, t) for t in self.tables}

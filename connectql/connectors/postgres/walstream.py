@@ -119,6 +119,7 @@ class Tailer:
         self.rows: list[int] = []  # their captured row counts
         self.pending = 0  # sum(rows)
         self.seen = start  # every commit up to this LSN is spooled
+        self.server_end = start  # the server's end of WAL, as its last message said
         self.confirmed = start
         self.told = start  # the flush position last sent
         self.error: BaseException | None = None
@@ -211,6 +212,7 @@ class Tailer:
                 time.sleep(POLL_S)
                 continue
             msg = cur.read_message()
+            self.server_end = max(self.server_end, cur.wal_end or 0)
             if msg is None:
                 now = time.monotonic()
                 if now - pinged > PING_S:  # a silent stream: idle, or a server that hangs?

@@ -51,7 +51,24 @@ def test_connectors_restart_through_a_database_outage_without_loss(worker, pg_ow
     pg_sql(src, "INSERT INTO items SELECT g, g FROM generate_series(501, 700) g")
     pg_sql(src, "UPDATE items SET qty = qty * 10 WHERE id % 7 = 0")
     pg_sql(src, "DELETE FROM items WHERE id % 11 = 0")
-    wait_until(same, 180, what="target equal to source after the outage")
+    wait_until(
+        same,
+        180,
+        what="target equal to source after the outage",
+        diagnose=lambda: (
+            worker.catalog.query(
+                "SELECT name, state, rows_total, rows_written, last_error FROM connectors"
+            )[1],
+            pg_sql(dst, CHECKSUM),
+            pg_sql(src, CHECKSUM),
+            read_parquet_rows(
+                worker.home / "streams/items_s", "SELECT __op, count(*) FROM t GROUP BY 1"
+            ),
+            worker.catalog.query(
+                "SELECT connector, to_state, reason FROM connector_events ORDER BY time"
+            )[1],
+        ),
+    )
     for name in ("src", "dst"):
         wait_until(
             lambda name=name: worker.catalog.get_connector(name).state == "RUNNING",

@@ -45,6 +45,7 @@ def target(pg_shared):
             SETTINGS, connection={**where, "database": name}, writer_id=uuid.uuid4().hex[:12]
         )
         t = PgTarget(s, schema)
+        t.DIRECT = True  # the path under test; off in the sink until its outage loss is fixed
         t.prepare("test sink")
         t.ensure_progress_row()
         return t

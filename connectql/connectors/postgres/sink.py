@@ -103,7 +103,9 @@ class Newest:
 
 class PgTarget(Target):
     PROGRESS_TIMESTAMP = "timestamptz"
-    DIRECT = True
+    # Off: a full-suite run lost rows after a database outage (test_postgres_outage: the stream
+    # held every change, the target 247 of 637 rows) with it on; staged binary COPY meanwhile
+    DIRECT = False
 
     def connect(self, autocommit: bool):
         return connect(self.s.connection, autocommit=autocommit)

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from connectql.api import models
+from connectql.api.console import Console
 from connectql.api.errors import answer, error_answer, match
 from connectql.api.events import feed
 from connectql.api.guard import Guard
@@ -28,7 +29,8 @@ DESCRIPTION = (
 
 
 def build(routes: Routes, token: str | None):
-    """The ASGI application: the token and body guard around the FastAPI app."""
+    """The ASGI application: the web console beside the token and body guard around the FastAPI
+    app."""
     app = FastAPI(title="connectql", version="1", description=DESCRIPTION, redirect_slashes=False)
     latency = Histogram(
         "connectql_http_request_duration_seconds",
@@ -50,7 +52,7 @@ def build(routes: Routes, token: str | None):
     )
     app.add_exception_handler(HTTPException, not_routed)
     app.add_exception_handler(ApiError, lambda request, e: error_answer(e))
-    return Guard(app, token)
+    return Console(Guard(app, token))
 
 
 def _add(app: FastAPI, routes: Routes, method: str, path: str, handler: str, latency) -> None:

@@ -103,6 +103,8 @@ class Stream(Open):
 
 class Health(Open):
     status: str
+    role: str  # active; a standby answers "standby" and the active worker's address
+    epoch: int | None  # the lease's epoch (None: a worker without one, connectql run)
     worker_id: str
     home: str
     connectors: dict[str, int]

@@ -20,8 +20,9 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from connectql.api.app import build
+from connectql.config import is_secret_key
 from connectql.errors import ConnectQLError
-from connectql.server.home import remove_address, write_address
+from connectql.server.home import home_of, remove_address, write_address
 from connectql.server.routes import Routes
 
 IDLE_S = 120  # a kept-alive connection left idle this long is closed
@@ -123,7 +124,9 @@ class ApiServer:
 
 def listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without
+    # it an answer's head and body wait ~40 ms on Nagle and the client's delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -155,18 +158,39 @@ def serving(worker, host: str, port: int, token: str | None, tls: Tls | None = N
 
 
 def serve(
-    home: Path, host: str, port: int, token: str | None, say=print, tls: Tls | None = None
+    home: str | Path,
+    host: str,
+    port: int,
+    token: str | None,
+    say=print,
+    tls: Tls | None = None,
+    standby: bool = False,
 ) -> None:
     """Run a worker on `home` behind the API until SIGINT/SIGTERM; every connector whose desired
-    state is running is started again from its checkpoint first."""
+    state is running is started again from its checkpoint first. The worker holds the home's
+    lease; `standby`: first wait for the active worker's lease to lapse (server/standby.py)."""
+    from connectql.runtime.session import stop_session
+    from connectql.server.standby import stand_by
     from connectql.server.worker import Worker
 
     check_host(host, token)
-    worker = Worker(home)  # takes the home's lock: a second worker is refused, naming the first
+    if standby:
+        taken = stand_by(home_of(str(home)), host, port, token, tls, say)
+        if taken is None:
+            stop_session()
+            return
+        epoch, port = taken
+        say(f"took over {home} with epoch {epoch}")
+        worker = Worker(home, epoch=epoch)
+    else:  # takes the home's lock: a second worker is refused, naming the first
+        worker = Worker(home, leased=True)
     worker.start_session_early()  # ready, or nearly, when the first statement arrives
     try:
+        worker.check_cluster()
         with serving(worker, host, port, token, tls) as (url, statements):
-            say(f"connectql server on {url} (home {worker.home})")
+            spark = {k: v for k, v in worker.engine.settings.items() if not is_secret_key(k)}
+            worker.lease.start({"url": url, "spark": spark})  # the lease is a plain file
+            say(f"connectql server on {url} (home {worker.home}, epoch {worker.lease.epoch})")
             with statements:
                 resumed = worker.resume_all()
             if resumed:

@@ -116,6 +116,31 @@ class _Interruptible:
         return getattr(self._con, name)
 
 
+ENTRY_SQL = (
+    "SELECT c.name, kind, type, stream, k.options, k.select_sql, state, desired_state,"
+    " tasks, last_error, created_at, tables FROM connectors c JOIN connector_config k"
+    " ON c.name = k.name"
+)
+
+
+def entry_of(r: tuple) -> ConnectorEntry:
+    """A row of ENTRY_SQL as the connector's entry."""
+    return ConnectorEntry(
+        *r[:4], decode_options(r[4]), *r[5:11], tuple(json.loads(r[11])) if r[11] else ()
+    )
+
+
+class _Fenced:
+    def __init__(self, why: str):
+        self.why = why
+
+    def execute(self, *args):
+        raise CatalogError(f"the catalog is closed to this worker: {self.why}")
+
+    def close(self) -> None:
+        pass
+
+
 class Catalog:
     """One DuckDB file; one writer process. Every method takes the lock, so the listener thread
     and the statement thread can share it."""
@@ -135,6 +160,10 @@ class Catalog:
     def close(self) -> None:
         with self.lock:
             self.con.close()
+
+    def fence(self, why: str) -> None:
+        """Refuse every statement from now on (a worker that lost its lease)."""
+        self.con = _Fenced(why)
 
     def query(self, sql: str, params=None) -> tuple[list[str], list[tuple]]:
         with self.lock:
@@ -193,22 +222,14 @@ class Catalog:
         return bool(self.query("SELECT 1 FROM connectors WHERE name = ?", [name])[1])
 
     def get_connector(self, name: str) -> ConnectorEntry:
-        _, rows = self.query(
-            "SELECT c.name, kind, type, stream, k.options, k.select_sql, state, desired_state,"
-            " tasks, last_error, created_at, tables FROM connectors c JOIN connector_config k"
-            " ON c.name = k.name WHERE c.name = ?",
-            [name],
-        )
+        rows = self.query(ENTRY_SQL + " WHERE c.name = ?", [name])[1]
         if not rows:
             raise CatalogError(f"no connector named '{name}'{self._known('connectors')}")
-        r = rows[0]
-        return ConnectorEntry(
-            *r[:4], decode_options(r[4]), *r[5:11], tuple(json.loads(r[11])) if r[11] else ()
-        )
+        return entry_of(rows[0])
 
     def connectors(self) -> list[ConnectorEntry]:
-        names = [r[0] for r in self.query("SELECT name FROM connectors ORDER BY name")[1]]
-        return [self.get_connector(n) for n in names]
+        """Every connector, by name, in one query (the API lists them on every request)."""
+        return [entry_of(r) for r in self.query(ENTRY_SQL + " ORDER BY c.name")[1]]
 
     def remove_connector(self, name: str, reason: str = "dropped") -> None:
         with self.lock:

@@ -19,8 +19,8 @@ class Embedded:
     """A worker in this process, started on first use; it holds the home until closed.
     `deferred`: it serves one command, so continuous connectors are recorded, not started."""
 
-    def __init__(self, home: Path | None, deferred: bool = False):
-        self.home, self.deferred = home, deferred
+    def __init__(self, home: Path | None, deferred: bool = False, given: str | None = None):
+        self.home, self.deferred, self.given = home, deferred, given  # given: as the user wrote it
         self._worker = None
 
     @property
@@ -28,7 +28,7 @@ class Embedded:
         if self._worker is None:
             from connectql.server.worker import Worker
 
-            self._worker = Worker(self.home, deferred=self.deferred)
+            self._worker = Worker(self.given or self.home, deferred=self.deferred)
         return self._worker
 
     def run(self, text: str, source: str = "") -> Iterator[Result]:
@@ -113,13 +113,17 @@ def token(token_file: str | None = None) -> str | None:
 
 
 def connect(
-    home: Path, server: str | None = None, token_file: str | None = None, deferred: bool = False
+    home: Path,
+    server: str | None = None,
+    token_file: str | None = None,
+    deferred: bool = False,
+    given: str | None = None,
 ):
     """The server named by `server`, else the one serving `home`, else an embedded worker
-    (`deferred` for one command: see Embedded)."""
+    (`deferred` for one command: see Embedded; `given`: the home as the user wrote it)."""
     if server:
         return Remote(server, token(token_file))
     address = read_address(home)
     if address:
         return Remote(address["url"], token(token_file))
-    return Embedded(home, deferred)
+    return Embedded(home, deferred, given)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from connectql.catalog.redact import redact
-from connectql.connectors import registry
+from connectql.connectors import declared, registry
 from connectql.errors import CatalogError
 from connectql.grammar import ast
 from connectql.server import settings
@@ -108,7 +108,8 @@ def _stream(worker, name: str) -> Result:
         (
             f"column {f['name']}",
             (f["type"] if isinstance(f["type"], str) else json.dumps(f["type"]))
-            + ("" if f.get("nullable", True) else " NOT NULL"),
+            + ("" if f.get("nullable", True) else " NOT NULL")
+            + declared.shown(f.get("metadata")),
         )
         for f in fields
     ]

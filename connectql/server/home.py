@@ -14,8 +14,13 @@ LOCK_FILE = "worker.lock"
 ADDRESS_FILE = "server.json"
 
 
+def default_home_text() -> str:
+    """The home as given by CONNECTQL_HOME, else ./.connectql (before it is resolved)."""
+    return os.environ.get("CONNECTQL_HOME", ".connectql")
+
+
 def default_home() -> Path:
-    return Path(os.environ.get("CONNECTQL_HOME", ".connectql")).resolve()
+    return Path(default_home_text()).resolve()
 
 
 def home_of(given: str | None) -> Path:
@@ -26,14 +31,19 @@ class HomeLock:
     """An exclusive `flock` on `$CONNECTQL_HOME/worker.lock`. The kernel releases it when the
     process dies, even by kill -9, so a stale lock never blocks a restart."""
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, required: bool = True):
+        """`required` False: a standby that took the lease over goes on without the lock when
+        the worker that lost the lease still holds it (a paused process)."""
         self.home = home
         self.fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self.fd)
-            raise ConnectQLError(held_by(home)) from None
+            self.fd = None
+            if required:
+                raise ConnectQLError(held_by(home)) from None
+            return
         os.ftruncate(self.fd, 0)
         os.write(self.fd, str(os.getpid()).encode())
 
@@ -72,7 +82,13 @@ def write_address(home: Path, host: str, port: int, scheme: str = "http") -> str
 
 def read_address(home: Path) -> dict | None:
     """The running server's address, or None when there is none: no file, or no worker holds
-    the home any more (a server killed with -9 leaves its file behind)."""
+    the home any more (a server killed with -9 leaves its file behind). The active worker's
+    lease names it too (after a takeover, the lock may be held by a paused worker, or none)."""
+    from connectql.server.lease import is_live, read_lease
+
+    lease = read_lease(home)
+    if is_live(lease) and lease.get("url"):
+        return {k: lease[k] for k in ("pid", "host", "port", "url") if k in lease}
     try:
         address = json.loads((home / ADDRESS_FILE).read_text())
         address["url"]

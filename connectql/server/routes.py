@@ -3,6 +3,7 @@ plus /sql, /streams, /health and /metrics. Each takes a Request and returns (sta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from dataclasses import dataclass, field
@@ -46,7 +47,12 @@ class Request:
             raise ApiError(400, "the body is not UTF-8 text") from None
 
 
-EXPAND = ["status", "info"]  # what GET /connectors?expand= adds per connector
+EXPAND = ["status", "info"]
+READS = (
+    ast.Select,
+    ast.Show,
+    ast.Describe,
+)  # statements that change nothing  # what GET /connectors?expand= adds per connector
 STATUS_SQL = (
     "SELECT name, state, desired_state, rows_total, rows_written, rows_filtered,"
     " rows_dead_lettered, rows_per_sec, lag, last_batch_at, last_error FROM connectors"
@@ -66,9 +72,10 @@ class Routes:
             return self.worker.execute(stmt)
 
     def entry(self, name: str):
-        if not self.worker.catalog.has_connector(name):
-            raise ApiError(404, f"connector '{name}' not found")
-        return self.worker.catalog.get_connector(name)
+        try:
+            return self.worker.catalog.get_connector(name)
+        except CatalogError:
+            raise ApiError(404, f"connector '{name}' not found") from None
 
     def status_rows(self, name: str | None = None) -> dict[str, dict[str, Any]]:
         where, params = (" WHERE name = ?", [name]) if name else ("", [])
@@ -266,15 +273,20 @@ class Routes:
         source = body.get("source", "") if isinstance(body, dict) else ""
         if not isinstance(source, str):
             raise ApiError(400, "source must be a string: the script's file name, for messages")
+        from connectql.grammar.parser import parse_script
+
         done = []
-        with self.statements:
-            try:
-                for stmt, result in self.worker.run_script(text, source):
+        try:
+            stmts = parse_script(text, source)
+            # reads need no turn: a SELECT does not wait behind a PAUSE that stops a query
+            reads = all(isinstance(s, READS) for s in stmts)
+            with contextlib.nullcontext() if reads else self.statements:
+                for stmt, result in self.worker.run_statements(stmts, source):
                     done.append(
                         {"statement": statement_text(stmt), "line": stmt.line, **result.to_json()}
                     )
-            except ConnectQLError as e:
-                raise ApiError(error_status(e), str(e), results=done) from None
+        except ConnectQLError as e:
+            raise ApiError(error_status(e), str(e), results=done) from None
         return 200, {"results": done}
 
     def streams(self, req: Request):
@@ -302,8 +314,11 @@ class Routes:
         for r in rows.values():
             counts[r["state"]] = counts.get(r["state"], 0) + 1
         failing = sorted(n for n, r in rows.items() if r["state"] == states.FAILED)
+        lease = getattr(self.worker, "lease", None)  # None: connectql run (or a stand-in)
         return 200, {
             "status": "ok",
+            "role": "active",
+            "epoch": lease.epoch if lease else None,
             "worker_id": self.worker_id,
             "home": str(self.worker.home),
             "connectors": counts,

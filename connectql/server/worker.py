@@ -19,6 +19,7 @@ from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
+from connectql.connectors.declared import field_ddl
 from connectql.connectors.multitable import patterns, union_schema
 from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
@@ -26,6 +27,7 @@ from connectql.grammar import ast
 from connectql.planner.plan import Plan, PlanContext, build_plan
 from connectql.planner.resolve import resolve, resolve_value
 from connectql.runtime import session
+from connectql.runtime.cluster import check_cluster, check_home_given, is_cluster
 from connectql.runtime.deadletters import DEADLETTER_DDL
 from connectql.runtime.engine import Engine
 from connectql.runtime.errors import short_error
@@ -33,7 +35,15 @@ from connectql.runtime.logs import log_to, redact_spark_log, stop_logging
 from connectql.runtime.retention import check_options
 from connectql.runtime.session import logging_settings, send_jvm_output_to, stop_session
 from connectql.server import describe, lifecycle, settings
-from connectql.server.home import HomeLock, home_of
+from connectql.server.home import HomeLock, default_home_text, home_of
+from connectql.server.lease import (
+    Lease,
+    catalog_file,
+    claim_catalog,
+    current_epoch,
+    refuse_if_active,
+    take_epoch,
+)
 from connectql.server.results import Result
 from connectql.server.retainer import Retainer, effective_options
 from connectql.server.supervisor import Supervisor
@@ -44,7 +54,7 @@ _BUSY = (states.STARTING, states.RUNNING, states.RESTARTING, states.STALLED)
 
 
 def schema_ddl(struct) -> str:
-    return ", ".join(f"`{f.name}` {f.dataType.simpleString().upper()}" for f in struct.fields)
+    return ", ".join(field_ddl(f) for f in struct.fields)
 
 
 def schema_diff(old_json: str, new) -> str:
@@ -75,22 +85,39 @@ def schema_diff(old_json: str, new) -> str:
 
 
 class Worker:
-    def __init__(self, home: str | Path | None = None, deferred: bool = False):
+    def __init__(
+        self,
+        home: str | Path | None = None,
+        deferred: bool = False,
+        leased: bool = False,
+        epoch: int | None = None,
+    ):
         """`deferred`: a worker that holds the home only for one command (connectql sql, status,
         pause, ...): it records that continuous connectors should run, and leaves starting them
-        to a worker that stays (a query started here would end with the command)."""
+        to a worker that stays (a query started here would end with the command).
+        `leased`: the active worker of `connectql server`, holding the home's lease with the
+        next epoch; `epoch`: the one a standby took over with (the home's lock may then still
+        be held by a paused worker that lost the lease)."""
         self.home = home_of(home)
+        self.home_given = str(home or default_home_text())  # as the user gave it
         self.deferred = deferred
         # private, like the secrets in its catalog (inline passwords) and logs
         self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.home_lock = HomeLock(self.home)
+        self.home_lock = HomeLock(self.home, required=epoch is None)
         self._log_secrets: list[str] = []
         self._log_handler = log_to(self.home / "worker.log", lambda: self._log_secrets)
         if not os.environ.get("CONNECTQL_VERBOSE"):  # the JVM's warnings stay in the home
             send_jvm_output_to(self.home / "jvm.log", lambda: self._log_secrets)
+        self.lease: Lease | None = None
         try:
-            self.catalog = Catalog(self.home / "catalog.duckdb")
+            if leased or epoch is not None:
+                self.lease = self._take_lease(epoch)
+            self.catalog = Catalog(
+                self.home / (self.lease.catalog if self.lease else catalog_file(self.home))
+            )
         except Exception:
+            if self.lease is not None:
+                self.lease.release()
             stop_logging(self._log_handler)
             self.home_lock.release()
             raise
@@ -103,10 +130,31 @@ class Worker:
             spark_settings,
             self.supervisor.progress,
             self.supervisor.terminated,
-            on_session=lambda spark: redact_spark_log(spark, self._log_secrets),
+            on_session=self._on_session,
         )
+        # a worker without a lease (connectql run) holds the lock: it is the newest epoch's
+        self.engine.epoch = self.lease.epoch if self.lease else current_epoch(self.home)
         self._refresh_redaction()
         self.retainer = Retainer(self)
+
+    # ------------------------------------------------------------------ the lease
+    def _take_lease(self, epoch: int | None) -> Lease:
+        if epoch is None:
+            refuse_if_active(self.home)
+            epoch = take_epoch(self.home)
+        return Lease(self.home, epoch, claim_catalog(self.home, epoch), self._lost)
+
+    def _lost(self, newer: int) -> None:
+        """Another worker took the lease (this one was paused, or its storage went away): it
+        runs the connectors now. Touch nothing: the catalog is fenced, Spark's jobs are
+        cancelled and the process ends at once (its queries with it, no state written)."""
+        self.catalog.fence(f"this worker lost its lease to epoch {newer}")
+        log.error("lost the lease of %s to epoch %d: stopping at once", self.home, newer)
+        try:
+            if self.engine.started:
+                self.engine.spark.sparkContext.cancelAllJobs()
+        finally:
+            os._exit(3)
 
     # ------------------------------------------------------------------ lifecycle of the worker
     def _recover_states(self) -> None:
@@ -117,6 +165,22 @@ class Worker:
                 self.catalog.set_state(
                     e.name, states.STOPPED, "the previous worker stopped without shutting down"
                 )
+
+    def _on_session(self, spark) -> None:
+        redact_spark_log(spark, self._log_secrets)
+        check_home_given(self.home_given, spark.sparkContext.master)
+        check_cluster(spark, self.home)
+
+    def master(self) -> str:
+        """The spark.master this worker's session runs (or will run) on."""
+        return session.master_of(self.engine.settings)
+
+    def check_cluster(self) -> None:
+        """On a cluster, start the session now and run its checks (check_cluster): a home the
+        executors cannot see is an error when the worker starts."""
+        check_home_given(self.home_given, self.master())
+        if is_cluster(self.master()):
+            self.engine.spark  # noqa: B018 (the property starts and checks the session)
 
     def start_session_early(self) -> None:
         """Start the SparkSession in the background now (connectql run, server) instead of at
@@ -162,6 +226,8 @@ class Worker:
             self._stop(name, states.STOPPED, "worker shut down")
         self.engine.close()
         self.catalog.close()
+        if self.lease is not None:
+            self.lease.release()
         stop_logging(self._log_handler)
         self.home_lock.release()
         if stop_spark and (self.engine.started or session.starting_or_started()):
@@ -223,7 +289,11 @@ class Worker:
         statement, yielding (statement, result); stops at the first failing one."""
         from connectql.grammar.parser import parse_script
 
-        for stmt in parse_script(text, source):
+        return self.run_statements(parse_script(text, source), source)
+
+    def run_statements(self, stmts: list[ast.Statement], source: str = ""):
+        """run_script's statements, parsed already."""
+        for stmt in stmts:
             try:
                 yield stmt, self.execute(stmt)
             except ConnectQLError as e:

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from tests.helpers import read_parquet_rows, run, wait_until
+from tests.helpers import check_poison_isolated, read_parquet_rows, run, wait_until
 from tests.mariadbserver import mariadb_binlog  # noqa: F401 (fixture)
 from tests.test_mysql import binlog_db, streaming  # noqa: F401 (fixtures)
 
@@ -108,22 +108,4 @@ def test_a_change_one_table_cannot_read_leaves_the_other_tables_flowing(worker, 
         conn.commit()
     conn.close()
 
-    def ids(stream: str):
-        rows = read_parquet_rows(worker.home / "streams" / stream, "SELECT id FROM t ORDER BY id")
-        return [r[0] for r in rows or []]
-
-    wait_until(lambda: ids("s_good1") == [1, 2], timeout=90, what="good1's changes")
-    wait_until(lambda: ids("s_good2") == [1] and ids("s_bad") == [2], timeout=60)
-    rejects = worker.home / "streams/rejects"
-    query = "SELECT connector, stage, error_class, error_message, source_offset FROM t"
-    wait_until(lambda: read_parquet_rows(rejects, query), timeout=60, what="the dead letter")
-    letters = read_parquet_rows(rejects, query)
-    assert len(letters) == 1
-    connector, stage, error_class, message, offset = letters[0]
-    assert (connector, stage, error_class) == ("tolerant", "read", "ValueError")
-    assert f"table {binlog_db.name}.bad" in message and "binlog" in message
-    assert '"table":"bad"' in offset.replace(" ", "")
-    assert worker.catalog.get_connector("tolerant").state == "RUNNING"
-    wait_until(lambda: worker.catalog.get_connector("strict").state == "FAILED", timeout=90)
-    error = worker.catalog.get_connector("strict").last_error
-    assert f"table {binlog_db.name}.bad" in error and "errors.tolerance = 'all'" in error
+    check_poison_isolated(worker, f"{binlog_db.name}.bad", "binlog")

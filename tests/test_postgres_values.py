@@ -11,6 +11,7 @@ import secrets
 import pytest
 
 from tests.helpers import run, wait_until
+from tests.test_mysql import plain_db  # noqa: F401 (fixture)
 from tests.test_postgres import cdc_dbs, connection, sql  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.spark
@@ -21,7 +22,9 @@ COLUMNS = """
   t text, vc varchar(20), ch char(5), nm name, dt date, ts timestamp, tz timestamptz,
   tm time, iv interval, by bytea, j json, jb jsonb, u uuid, ip inet, cd cidr, mac macaddr,
   x xml, bt bit(3), vb varbit, en mood, ia int[], ta text[], tza timestamptz[],
-  bya bytea[], ipa inet[], na numeric(10,2)[], big text, bigj jsonb, bigb bytea"""
+  bya bytea[], ipa inet[], na numeric(10,2)[], big text, bigj jsonb, bigb bytea,
+  t3 timestamp(3), ttz timetz, tz0 timestamptz(0), ena mood[], ci citext, bt8 bit(8),
+  vb4 varbit(4), vc3 varchar(3)[]"""
 TYPES = dict(c.split(maxsplit=1) for c in " ".join(COLUMNS.split()).split(", "))
 TYPES["id"] = "int"
 NAMES = list(TYPES)
@@ -77,6 +80,14 @@ def rows() -> list[dict]:
             "big": secrets.token_hex(600_000),
             "bigj": f'{{"k": "{secrets.token_hex(10_000)}"}}',
             "bigb": os.urandom(1_100_000),
+            "t3": "2024-02-29 23:59:59.999",
+            "ttz": "23:59:59.999999-05:30",
+            "tz0": "2024-01-02 03:04:05+01",
+            "ena": ["so so", None, "ok"],
+            "ci": "MiXeD Case",
+            "bt8": "10000001",
+            "vb4": "011",
+            "vc3": ["abc", "", None],
         },  # fmt: skip
         {"id": 2},  # NULL everywhere
         {  # '' against NULL, the words NULL and \N, far past and future, NaN and infinities
@@ -120,6 +131,17 @@ def copy(worker, server, dbs, table: str) -> None:
     )
 
 
+def declared_types(info: str, table: str = "vals") -> dict[str, str]:
+    """Each column's type as format_type() prints it (an enum's, a length, a precision)."""
+    rows = sql(
+        info,
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
+        " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+        (table,),
+    )
+    return dict(rows)
+
+
 def text_rows(info: str) -> list[tuple]:
     """Each row as PostgreSQL prints it (ROW(...)::text keeps '' and NULL apart); an
     unconstrained numeric is compared by value (it arrives as DECIMAL(38,18))."""
@@ -152,6 +174,8 @@ def test_every_type_arrives_exact_through_snapshot_and_change_log(
 ):
     (_src, src_info), (_dst, dst_info) = cdc_dbs
     sql(src_info, "CREATE TYPE mood AS ENUM ('ok', 'so so')")
+    for info in (src_info, dst_info):  # the target has citext too, not mood (the sink makes it)
+        sql(info, "CREATE EXTENSION citext")
     sql(src_info, f"CREATE TABLE vals ({COLUMNS})")
     sql(src_info, f"ALTER TABLE vals REPLICA IDENTITY {identity}")
     first, nulls, edges, doomed = rows()
@@ -166,6 +190,7 @@ def test_every_type_arrives_exact_through_snapshot_and_change_log(
         return differences(src_info, dst_info)
 
     wait_until(equal, 180, what="the snapshot in the target", diagnose=diagnose)
+    assert declared_types(dst_info) == declared_types(src_info)  # the target keeps them all
 
     # changes: a new row with every value; updates of small columns leaving the large ones
     # alone (on a snapshot row, and on a row inserted just before, in one transaction);
@@ -239,3 +264,79 @@ def test_other_types_domains_nan_and_infinities_arrive_as_documented(
 
 def _exists_table(info: str, table: str) -> bool:
     return bool(sql(info, "SELECT 1 FROM pg_tables WHERE tablename = %s", (table,)))
+
+
+CROSS = """id int PRIMARY KEY, u uuid, jb jsonb, j json, ip inet, cd cidr, mac macaddr,
+  tm time(3), ts timestamp(3), tz timestamptz, vc varchar(10), ch char(4), bt bit(3),
+  vb varbit(5), en mood, nu numeric, n2 numeric(10,2), t text, iv interval, x xml"""
+CROSS_ROW = (
+    1, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", '{"a": [1, 2.50]}', '{"b":  1}', "10.0.0.1",
+    "10.1.0.0/16", "08:00:2b:01:02:03", "12:34:56.789", "2024-02-29 23:59:59.999",
+    "2024-01-02 03:04:05.678901+05:30", "it's ü", "ab", "101", "11", "it's", "-12345.6789",
+    "1.50", "tab\there", "1 year 2 mons", "<a>x</a>",
+)  # fmt: skip
+# each column's type in a MySQL target (README, PostgreSQL -> MySQL), and the row as it reads
+MYSQL_TYPES = {
+    "u": ("char(36)", "ascii_bin"), "jb": ("longtext", "utf8mb4_bin"),
+    "j": ("longtext", "utf8mb4_bin"), "ip": ("varchar(43)", "ascii_bin"),
+    "cd": ("varchar(43)", "ascii_bin"), "mac": ("varchar(17)", "ascii_bin"),
+    "tm": ("time(3)", None), "ts": ("datetime(3)", None), "tz": ("datetime(6)", None),
+    "vc": ("varchar(10)", "utf8mb4_bin"), "ch": ("char(4)", "utf8mb4_bin"),
+    "bt": ("varchar(3)", "ascii_bin"), "vb": ("varchar(5)", "ascii_bin"),
+    "en": ("enum('ok','so so','it''s')", "utf8mb4_bin"), "nu": ("decimal(38,18)", None),
+    "n2": ("decimal(10,2)", None), "t": ("longtext", None), "iv": ("longtext", None),
+    "x": ("longtext", None),
+}  # fmt: skip
+CROSS_READ = (
+    "1", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", '{"a": [1, 2.50]}', '{"b":  1}', "10.0.0.1",
+    "10.1.0.0/16", "08:00:2b:01:02:03", "12:34:56.789", "2024-02-29 23:59:59.999",
+    "2024-01-01 21:34:05.678901", "it's ü", "ab", "101", "11", "it's",
+    "-12345.678900000000000000", "1.50", "tab\there", "1 year 2 mons", "<a>x</a>",
+)  # fmt: skip
+
+
+def test_a_mysql_target_gets_the_closest_types(worker, pg_logical, cdc_dbs, plain_db):  # noqa: F811
+    """PostgreSQL -> MariaDB through auto.create: each column gets the closest MySQL type the
+    README lists (an enum its labels), and the values arrive, snapshot and change log."""
+    (_src, src_info), _ = cdc_dbs
+    sql(src_info, "CREATE TYPE mood AS ENUM ('ok', 'so so', 'it''s')")
+    sql(src_info, f"CREATE TABLE cross_t ({CROSS})")
+    marks = ", ".join(["%s"] * len(CROSS_ROW))
+    sql(src_info, f"INSERT INTO cross_t VALUES ({marks})", CROSS_ROW)
+    sql(src_info, "INSERT INTO cross_t (id) VALUES (2)")
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR src FROM postgres INTO cross_s WITH (
+          {connection(pg_logical, _src)}, table = 'cross_t');
+        CREATE SINK CONNECTOR dst TO mysql FROM cross_s WITH ({plain_db.options()},
+          table = 'cross_t');
+        """,
+    )
+    names = [c.split()[0] for c in " ".join(CROSS.split()).split(", ")]
+    listed = ", ".join(f"CAST(`{n}` AS CHAR)" for n in names)
+
+    def read() -> list[tuple] | None:
+        try:
+            return plain_db.sql(f"SELECT {listed} FROM cross_t ORDER BY id")
+        except Exception:  # no table yet
+            return None
+
+    nulls = ("2", *[None] * (len(names) - 1))
+    wait_until(lambda: read() == [CROSS_READ, nulls], 180, what="the snapshot", diagnose=read)
+    types = plain_db.sql(
+        "SELECT COLUMN_NAME, COLUMN_TYPE, COLLATION_NAME FROM information_schema.COLUMNS"
+        " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'cross_t' AND COLUMN_NAME <> 'id'",
+        (plain_db.name,),
+    )
+    # a collation of None: the table's default (text whose type has no MySQL counterpart)
+    assert {n: (t, c if MYSQL_TYPES[n][1] else None) for n, t, c in types} == MYSQL_TYPES
+    shown = {r[0]: r[1] for r in run(worker, "DESCRIBE STREAM cross_s")[0].rows}
+    assert shown["column u"] == "string (postgres uuid)"  # the source's declared type
+    assert shown["column en"] == 'string (postgres "mood")'
+    sql(src_info, f"INSERT INTO cross_t VALUES ({marks})", (3, *CROSS_ROW[1:]))
+    sql(src_info, "UPDATE cross_t SET en = 'so so' WHERE id = 1")
+    sql(src_info, "DELETE FROM cross_t WHERE id = 2")
+    changed = (*CROSS_READ[:14], "so so", *CROSS_READ[15:])
+    want = [changed, ("3", *CROSS_READ[1:])]
+    wait_until(lambda: read() == want, 180, what="the changes", diagnose=read)

@@ -35,7 +35,7 @@ from pymysqlreplication.row_event import (
 )
 from pyspark.sql.types import StructType
 
-from connectql.connectors.changerows import DEAD_LETTERS, ChangeRows, dead_letters
+from connectql.connectors.changerows import DEAD_LETTERS, UNREADABLE, ChangeRows, dead_letters
 from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.mysql.client import (
     bounded_connect,
@@ -376,7 +376,7 @@ def read_changes(
                 if op == POISON:
                     raise values["error"]
                 rows[table].add(op, values, before, meta, types[table])
-            except (ValueError, ArithmeticError, LookupError, UnicodeError, pa.ArrowException) as e:
+            except UNREADABLE as e:
                 record = _poison(cfg, table, op, values, txn, meta, e)
                 if not tolerant:
                     raise ConnectQLError(

@@ -32,7 +32,7 @@ from connectql.connectors.dbsink import (
     Target,
 )
 from connectql.connectors.mysql.client import connect, quote
-from connectql.connectors.mysql.sinktypes import arrow_to_tsv, mysql_type
+from connectql.connectors.mysql.sinktypes import arrow_to_tsv, created_type, mysql_type
 from connectql.errors import PlanError
 
 # server errors that mean "the target refuses these rows" (a constraint, a value that does not
@@ -113,6 +113,11 @@ class MysqlTarget(Target):
                 )
             out[f.name] = t
         return out
+
+    def created_types(self, conn, types: dict[str, str]) -> dict[str, str]:
+        keys = self.s.key if self.s.mode == "upsert" else ()
+        fields = {f.name: f for f in self.schema.fields}
+        return {n: created_type(fields[n], n in keys) or t for n, t in types.items()}
 
     def load(self, conn, stage: str, batches, first_seq: int) -> int:
         types = self.column_types("", stage=True)

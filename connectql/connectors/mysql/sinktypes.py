@@ -8,6 +8,7 @@ time_zone (the sink's sessions run in UTC anyway)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +29,9 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
+
+from connectql.connectors import declared
+from connectql.connectors.mysql.types import BINARY_TYPES, GEOMETRY_TYPES, Column, spark_type
 
 KEY_TEXT = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"  # keys compare as Spark does
 KEY_BINARY = "VARBINARY(255)"
@@ -72,6 +76,67 @@ def mysql_type(dtype: DataType, key: bool = False, stage: bool = False) -> str |
     return None
 
 
+def created_type(field, key: bool = False) -> str | None:
+    """The type auto.create gives a column whose source declared its type (declared.py):
+    MySQL's own as declared (a spatial type excepted: its WKB stays LONGBLOB), PostgreSQL's
+    closest (README's type tables); None: mysql_type's for its Spark type (no declared type,
+    one the column's Spark type no longer matches, or none a key can have)."""
+    d = declared.of(field)
+    ours = field.dataType.simpleString().upper()
+    if d is None:
+        return None
+    if d.kind == "mysql":
+        c = Column(field.name, d.type)
+        fits = spark_type(c) == ours and c.data_type not in GEOMETRY_TYPES
+        if not fits or (key and c.data_type in _UNKEYED):
+            return None
+        return d.type + (" NULL" if c.data_type == "timestamp" else "")
+    if d.kind == "postgres":
+        return _from_postgres(d, ours, key)
+    return None
+
+
+_UNKEYED = BINARY_TYPES - {"binary", "varbinary"} | {"tinytext", "text", "mediumtext"}
+_UNKEYED |= {"longtext", "json"}
+TEXT_CHARSET = " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+ASCII = " CHARACTER SET ascii COLLATE ascii_bin"
+MAX_VARCHAR = 255  # longer ones stay LONGTEXT: MySQL counts every VARCHAR in a row's 64 KB
+# PostgreSQL type (format_type's, less its length or precision) -> (MySQL type, {n}: that
+# length or precision, its default; the Spark type the source reads it as)
+_FROM_POSTGRES = {
+    "character varying": ("VARCHAR({n})" + TEXT_CHARSET, None, "STRING"),
+    "character": ("CHAR({n})" + TEXT_CHARSET, None, "STRING"),
+    "bit": ("VARCHAR({n})" + ASCII, None, "STRING"),
+    "bit varying": ("VARCHAR({n})" + ASCII, None, "STRING"),
+    "json": ("JSON", 0, "STRING"),
+    "jsonb": ("JSON", 0, "STRING"),
+    "uuid": ("CHAR(36)" + ASCII, 0, "STRING"),
+    "inet": ("VARCHAR(43)" + ASCII, 0, "STRING"),
+    "cidr": ("VARCHAR(43)" + ASCII, 0, "STRING"),
+    "macaddr": ("VARCHAR(17)" + ASCII, 0, "STRING"),
+    "macaddr8": ("VARCHAR(23)" + ASCII, 0, "STRING"),
+    "time without time zone": ("TIME({n})", 6, "STRING"),
+    "timestamp without time zone": ("DATETIME({n})", 6, "TIMESTAMP_NTZ"),
+    "timestamp with time zone": ("DATETIME({n})", 6, "TIMESTAMP"),
+}
+_PG_TYPE = re.compile(r"^([a-z ]+?)(?:\((\d+)\))?( with(?:out)? time zone)?$")
+
+
+def _from_postgres(d, ours: str, key: bool) -> str | None:
+    if d.labels and not d.type.endswith("[]"):
+        labels = ", ".join("'" + v.replace("\\", "\\\\").replace("'", "''") + "'" for v in d.labels)
+        return f"ENUM({labels})" + TEXT_CHARSET
+    m = _PG_TYPE.match(d.type)
+    if not m:
+        return None
+    name = m.group(1) + (m.group(3) or "")
+    rule = _FROM_POSTGRES.get(name)
+    n = m.group(2) or (rule[1] if rule else None)
+    if rule is None or rule[2] != ours or n is None or int(n) > MAX_VARCHAR:
+        return None
+    return None if key and rule[0] == "JSON" else rule[0].format(n=n)
+
+
 def needs_unhex(dtype: pa.DataType) -> bool:
     return pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype)
 
@@ -99,6 +164,8 @@ def _text(column: pa.Array) -> pa.Array:
         return column.cast(pa.timestamp("us")).cast(pa.string())
     if pa.types.is_boolean(t):
         return column.cast(pa.int8()).cast(pa.string())
+    if pa.types.is_float32(t):  # its exact value: the shortest text of FLT_MAX is past FLT_MAX
+        return column.cast(pa.float64()).cast(pa.string())
     return column.cast(pa.string())
 
 

@@ -4,6 +4,7 @@ ROW format, FULL row images, replication privileges), each named when missing.""
 
 from __future__ import annotations
 
+from connectql.connectors import declared
 from connectql.connectors.multitable import matching
 from connectql.connectors.mysql.client import connect, qualified, query
 from connectql.connectors.mysql.types import Column, spark_type
@@ -31,7 +32,26 @@ def describe_table(conn, database: str, table: str, where: str) -> Table:
             f"{where}: table {database}.{table} does not exist{_similar(conn, database)}"
         )
     typed = _typed(columns, where, f" of {database}.{table}")
-    return Table(database, table, typed, primary_key(conn, database, table))
+    key = primary_key(conn, database, table)
+    return Table(database, table, typed, key, declared=_declared(conn, database, table))
+
+
+def _declared(conn, database: str, table: str) -> tuple[str, ...]:
+    """Each column's declared type as a DDL comment: its COLUMN_TYPE, with a text column's
+    character set and collation."""
+    rows = query(
+        conn,
+        "SELECT COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS"
+        " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        (database, table),
+    )
+    out = []
+    for column_type, charset, collation in rows:
+        text = _text(column_type)
+        if collation is not None:
+            text += f" CHARACTER SET {_text(charset)} COLLATE {_text(collation)}"
+        out.append(declared.comment("mysql", text))
+    return tuple(out)
 
 
 def _typed(columns: list[Column], where: str, of: str) -> tuple[tuple[str, str, str], ...]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal
 
-from pyspark.sql.types import ArrayType, DataType, StringType
+from pyspark.sql.types import ArrayType, DataType, DecimalType, StringType
 
 __all__ = ["spark_value", "to_python"]
 
@@ -40,11 +40,23 @@ def _fit(value, dtype: DataType):
         return [None if v is None else _fit(v, inner) for v in value]
     if isinstance(value, Decimal) and not value.is_finite():
         return None
+    if isinstance(value, Decimal) and isinstance(dtype, DecimalType):
+        return _fit_decimal(value, dtype)
     if isinstance(dtype, StringType):
         return str(value)
     return value
 
 
+def _fit_decimal(value: Decimal, dtype: DecimalType) -> Decimal:
+    """An unconstrained numeric's value in DECIMAL(38,18): rounded to its scale (half away from zero, as round() does); a
+    ValueError when its whole part has more digits than the type holds."""
+    rounded = value.quantize(Decimal(1).scaleb(-dtype.scale), ROUND_HALF_UP, _WIDE)
+    if rounded.adjusted() >= dtype.precision - dtype.scale:
+        raise ValueError(f"numeric value {value} does not fit {dtype.simpleString().upper()}")
+    return rounded
+
+
+_WIDE = Context(prec=1000)
 _INT_TYPES = {"smallint", "integer", "bigint", "int2", "int4", "int8", "int", "oid"}
 _FLOAT_TYPES = {"real", "double precision", "float4", "float8", "float"}
 _NUMERIC_TYPES = {"numeric", "decimal"}

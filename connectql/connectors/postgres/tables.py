@@ -3,6 +3,7 @@ primary key, looked up at CREATE (unsupported types and missing tables are named
 
 from __future__ import annotations
 
+from connectql.connectors import declared
 from connectql.connectors.multitable import matching
 from connectql.connectors.postgres.client import connect
 from connectql.connectors.postgres.types import spark_type
@@ -12,9 +13,10 @@ from connectql.errors import PlanError
 
 def describe_table(conn, schema: str, name: str, where: str) -> Table:
     rows = conn.execute(
-        # a domain is read as its base type
+        # a domain is read as its base type; an enum (or an array of one) gives its type's oid
         "SELECT a.attname, format_type(t.oid, CASE WHEN d.oid IS NULL THEN a.atttypmod"
-        " ELSE d.typtypmod END), t.typtype = 'e' OR coalesce(e.typtype = 'e', false)"
+        " ELSE d.typtypmod END), CASE WHEN t.typtype = 'e' THEN t.oid"
+        " WHEN e.typtype = 'e' THEN e.oid END"
         " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
         " LEFT JOIN pg_type d ON d.oid = a.atttypid AND d.typtype = 'd'"
@@ -26,17 +28,32 @@ def describe_table(conn, schema: str, name: str, where: str) -> Table:
     ).fetchall()
     if not rows:
         raise PlanError(f"{where}: table {schema}.{name} does not exist{_similar(conn, schema)}")
-    columns = []
-    for col, pg, is_enum in rows:
-        st = spark_type(pg, is_enum)
+    columns, notes = [], []
+    for col, pg, enum in rows:
+        st = spark_type(pg, enum is not None)
         if st is None:
             raise PlanError(
                 f"{where}: column {col} of {schema}.{name} has type {pg}, which connectql"
                 " cannot read"
             )
         columns.append((col, pg, st))
+        notes.append(_declared(conn, pg, enum))
     key = _primary_key(conn, schema, name)
-    return Table(schema, name, tuple(columns), key, (("__unchanged", "STRING"),))
+    return Table(schema, name, tuple(columns), key, (("__unchanged", "STRING"),), tuple(notes))
+
+
+def _declared(conn, pg: str, enum: int | None) -> str:
+    """The column's declared type as a DDL comment; an enum's as its bare name and labels (a
+    target creates it in its own schema)."""
+    if enum is None:
+        return declared.comment("postgres", pg)
+    name, labels = conn.execute(
+        "SELECT t.typname, array_agg(e.enumlabel::text ORDER BY e.enumsortorder)"
+        " FROM pg_type t JOIN pg_enum e ON e.enumtypid = t.oid WHERE t.oid = %s GROUP BY 1",
+        (enum,),
+    ).fetchone()
+    array = "[]" if pg.endswith("[]") else ""
+    return declared.comment("postgres", '"' + name.replace('"', '""') + '"' + array, tuple(labels))
 
 
 def _primary_key(conn, schema: str, name: str) -> tuple[str, ...]:

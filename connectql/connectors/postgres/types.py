@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from connectql.connectors import declared
 from connectql.connectors.postgres.pgtext import spark_value
 
 _SIMPLE = {
@@ -112,8 +113,11 @@ def select_expr(column: str, dtype: DataType) -> str:
         return _finite(q, f"({q} - date '1970-01-01')", low, high)
     if isinstance(dtype, BinaryType):
         return f"encode({q}, 'base64')"
-    if isinstance(dtype, DecimalType):  # NaN and ±Infinity: NULL (pgtext.spark_value)
-        return f"CASE WHEN {q} IN ('NaN', 'Infinity', '-Infinity') THEN NULL ELSE {q} END"
+    if isinstance(dtype, DecimalType):  # NaN and ±Infinity: NULL; rounded (pgtext.spark_value)
+        return (
+            f"CASE WHEN {q} IN ('NaN', 'Infinity', '-Infinity') THEN NULL"
+            f" ELSE round({q}, {dtype.scale}) END"
+        )
     return q
 
 
@@ -189,6 +193,43 @@ def pg_type(dtype: DataType) -> str | None:
         if isinstance(dtype, spark):
             return pg
     return None
+
+
+def created_type(field) -> tuple[str, tuple[str, ...]] | None:
+    """The type auto.create gives a column whose source declared its type (declared.py), with
+    an enum's labels: PostgreSQL's own type as declared, MySQL's closest (README's type
+    tables); None: pg_type's for its Spark type (no declared type, or one the column's Spark
+    type no longer matches, e.g. after a transform)."""
+    d = declared.of(field)
+    ours = field.dataType.simpleString().upper()
+    if d is None:
+        return None
+    if d.kind == "postgres":
+        same = spark_type(d.type, bool(d.labels)) == ours
+        return (d.type, d.labels) if same else None
+    if d.kind == "mysql":
+        m = re.match(r"^(\w+)(?:\((\d+)[,)])?", d.type.lower())
+        rule = _FROM_MYSQL.get(m.group(1)) if m else None
+        if rule is None or rule[1] != ours:
+            return None
+        return rule[0].format(n=m.group(2) or 0), ()
+    return None
+
+
+# MySQL type -> (PostgreSQL type, {n}: the MySQL type's length or fractional digits; the
+# Spark type the source reads it as)
+_FROM_MYSQL = {
+    "varchar": ("character varying({n})", "STRING"),
+    "char": ("character({n})", "STRING"),
+    "json": ("jsonb", "STRING"),
+    "time": ("interval", "STRING"),  # MySQL's TIME spans -838:59:59 to 838:59:59
+    "datetime": ("timestamp({n}) without time zone", "TIMESTAMP_NTZ"),
+    "timestamp": ("timestamp({n}) with time zone", "TIMESTAMP"),
+    "year": ("smallint", "INT"),
+    "uuid": ("uuid", "STRING"),
+    "inet4": ("inet", "STRING"),
+    "inet6": ("inet", "STRING"),
+}
 
 
 _PG_TYPES = [

@@ -276,3 +276,48 @@ def test_a_table_list_that_matches_nothing_or_spans_schemas_changes_nothing(work
         run(worker, "ALTER CONNECTOR x SET (table = 'ev_1, ev_2')")
     with pytest.raises(ConnectQLError, match="used by connectors x"):
         run(worker, "DROP STREAM s_ev_1")
+
+
+# ------------------------------------------------------------------ many small tables
+
+
+def test_many_small_tables_snapshot_in_few_batches_each_row_once(worker, pg_logical, cdc_dbs):  # noqa: F811
+    """30 small tables (and one without a key) in one source: their snapshots share
+    micro-batches up to batch.rows rows, yet every row lands once, in its own table's stream,
+    and the changes after the snapshot follow."""
+    (src, src_info), _dst = cdc_dbs
+    for i in range(30):
+        sql(src_info, f"CREATE TABLE s{i:02d} (id int PRIMARY KEY, v text)")
+        sql(
+            src_info,
+            f"INSERT INTO s{i:02d} SELECT g, 's{i}-' || g FROM generate_series(1, {i + 5}) g",
+        )
+    sql(src_info, "CREATE TABLE s_nokey (n int)")
+    sql(src_info, "INSERT INTO s_nokey SELECT generate_series(1, 7)")
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR many FROM postgres INTO m WITH ({connection(pg_logical, src)},
+          table = 's*', 'batch.rows' = 300);
+        """,
+    )
+    streams = [f"m_s{i:02d}" for i in range(30)]
+    want = {s: [(i + 5, i + 5, i + 5)] for i, s in enumerate(streams)} | {"m_s_nokey": [(7, 7, 7)]}
+    query = "SELECT count(*), count(DISTINCT {0}), max({0}) FROM t WHERE __op = 'r'"
+
+    def got():
+        return {
+            s: stream_rows(worker, s, query.format("n" if s.endswith("nokey") else "id"))
+            for s in want
+        }
+
+    wait_until(lambda: got() == want, 180, what="every table's snapshot", diagnose=got)
+    # 30 * 20 = 600 keyed rows at 300 a batch: a few batches, not one (or two) per table
+    batches = [p for p in (worker.home / "checkpoints/many/commits").iterdir() if p.name.isdigit()]
+    assert len(batches) <= 8, sorted(p.name for p in batches)
+    sql(src_info, "INSERT INTO s29 VALUES (100, 'late')")
+    wait_until(
+        lambda: stream_rows(worker, "m_s29", "SELECT v FROM t WHERE __op = 'c'") == [("late",)],
+        60,
+        what="a change after the snapshot",
+    )

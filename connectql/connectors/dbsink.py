@@ -45,6 +45,7 @@ class SinkSettings:
     writer_id: str = ""
     connector: str = ""
     deadletter: str | None = None  # dead-letter stream path (errors.tolerance = 'all')
+    epoch: int = 0  # the worker's lease epoch: a batch from an older one is refused
 
     def to_options(self) -> dict[str, str]:
         body = {
@@ -74,6 +75,7 @@ class SinkSettings:
             writer_id=options.get("connectql.writer", ""),
             connector=options.get("connectql.connector", ""),
             deadletter=options.get("connectql.deadletter") or None,
+            epoch=int(options.get("connectql.epoch") or 0),
         )
 
 
@@ -220,7 +222,7 @@ def progress_ddl(table: str, timestamp: str) -> str:
     PostgreSQL and MySQL read; `timestamp` is the dialect's type for updated_at."""
     return (
         f"CREATE TABLE IF NOT EXISTS {table} (writer_id VARCHAR(64) PRIMARY KEY,"
-        f" connector TEXT, batch_id BIGINT NOT NULL,"
+        f" connector TEXT, batch_id BIGINT NOT NULL, epoch BIGINT NOT NULL DEFAULT 0,"
         f" updated_at {timestamp} NOT NULL DEFAULT CURRENT_TIMESTAMP)"
     )
 
@@ -346,6 +348,10 @@ class Spill:
         yield from ipc.open_stream(self._file)
 
 
+class Fenced(RuntimeError):
+    """A batch or start of a sink whose worker lost its lease: a newer epoch owns the sink."""
+
+
 class DirectOverlap(RuntimeError):
     """Rows a task inserted straight into the target share keys with older changes another
     task staged: the batch fails and its replay stages every row (those keys now conflict)."""
@@ -387,6 +393,11 @@ class Target:
     def savepoint(self, conn):
         raise NotImplementedError
 
+    def make_durable(self, conn) -> None:
+        """Inside the commit's transaction: make its commit wait until it (and so every earlier
+        write of the batch) is on disk, whatever the server's default; Spark counts the batch
+        done once commit() returns."""
+
     def column_types(self, where: str) -> dict[str, str]:
         raise NotImplementedError
 
@@ -423,6 +434,11 @@ class Target:
     def add_column_sql(self, column: str, type_: str) -> str:
         raise NotImplementedError
 
+    def created_types(self, conn, types: dict[str, str]) -> dict[str, str]:
+        """The types auto.create and auto.evolve give the columns (`types`: the sink's own for
+        their Spark types); a dialect may use the types the source declared (declared.py)."""
+        return types
+
     def has_unique(self, conn) -> bool:
         raise NotImplementedError
 
@@ -457,15 +473,41 @@ class Target:
                 " VALUES (%s, %s, -1) " + self.on_conflict(["writer_id"], []),
                 (self.s.writer_id, self.s.connector),
             )
+            # this epoch's worker owns the sink from now on: an older one's batches are refused
+            self.execute(
+                conn,
+                f"UPDATE {self.table(PROGRESS_TABLE)} SET epoch = %s WHERE writer_id = %s"
+                " AND epoch < %s",
+                (self.s.epoch, self.s.writer_id, self.s.epoch),
+            )
+            self.check_epoch(conn, "start")
+
+    def check_epoch(self, conn, what: str) -> None:
+        """Refuse (Fenced) when a worker of a newer lease epoch owns this sink: this one lost
+        its lease (it was paused while a standby took over) and must not write."""
+        rows = self.execute(
+            conn,
+            f"SELECT epoch FROM {self.table(PROGRESS_TABLE)} WHERE writer_id = %s",
+            (self.s.writer_id,),
+        )
+        if rows and rows[0][0] > self.s.epoch:
+            raise Fenced(
+                f"sink {self.s.connector}: {what} refused: the worker of lease epoch {rows[0][0]}"
+                f" owns it, this one has epoch {self.s.epoch} (it lost its lease)"
+            )
 
     def record_sql(self) -> str:
         """Upsert (writer_id, connector, batch_id) into the progress table."""
         return (
-            f"INSERT INTO {self.table(PROGRESS_TABLE)} (writer_id, connector, batch_id)"
-            " VALUES (%s, %s, %s) "
+            f"INSERT INTO {self.table(PROGRESS_TABLE)} (writer_id, connector, batch_id, epoch)"
+            " VALUES (%s, %s, %s, %s) "
             + self.on_conflict(
                 ["writer_id"],
-                [f"batch_id = {self.new_value('batch_id')}", "updated_at = CURRENT_TIMESTAMP"],
+                [
+                    f"batch_id = {self.new_value('batch_id')}",
+                    f"epoch = {self.new_value('epoch')}",
+                    "updated_at = CURRENT_TIMESTAMP",
+                ],
             )
         )
 
@@ -490,6 +532,7 @@ class Target:
                 progress_ddl(self.table(PROGRESS_TABLE), self.PROGRESS_TIMESTAMP)
                 + self.TABLE_OPTIONS,
             )
+            self.add_epoch_column(conn)
             existing = {
                 r[0]
                 for r in self.execute(
@@ -504,7 +547,8 @@ class Target:
                     raise PlanError(
                         f"{where}: table {s.schema}.{s.table} does not exist (auto.create = false)"
                     )
-                defs = [f"{self.quote(c)} {types[c]}" for c in cols]
+                made = self.created_types(conn, types)
+                defs = [f"{self.quote(c)} {made[c]}" for c in cols]
                 if s.mode == "upsert":
                     defs.append(f"PRIMARY KEY ({self.columns(s.key)})")
                 self.execute(
@@ -519,14 +563,29 @@ class Target:
                     f"{where}: table {s.schema}.{s.table} has no column {', '.join(missing)}"
                     " (auto.evolve = false)"
                 )
+            made = self.created_types(conn, types) if missing else types
             for c in missing:
-                self.execute(conn, self.add_column_sql(c, types[c]))
+                self.execute(conn, self.add_column_sql(c, made[c]))
             if s.mode == "upsert" and not self.has_unique(conn):
                 raise PlanError(
                     f"{where}: upsert needs a primary key or unique index on ({', '.join(s.key)})"
                     f" in table {s.schema}.{s.table}"
                 )
         return types
+
+    def add_epoch_column(self, conn) -> None:
+        """A progress table made before epochs were recorded gets its epoch column."""
+        has = self.execute(
+            conn,
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = %s"
+            " AND table_name = %s AND column_name = 'epoch'",
+            (self.s.schema, PROGRESS_TABLE),
+        )
+        if not has:
+            self.execute(
+                conn,
+                f"ALTER TABLE {self.table(PROGRESS_TABLE)} ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0",
+            )
 
     def committed(self, conn, lock: bool = False) -> int:
         rows = self.execute(
@@ -578,7 +637,10 @@ class Target:
         direct = [m.direct for m in messages if m is not None and m.direct]
         with self.connect(autocommit=False) as conn:
             with self.transaction(conn):
-                if self.committed(conn, lock=True) < batch_id:
+                self.make_durable(conn)
+                done = self.committed(conn, lock=True)
+                self.check_epoch(conn, f"batch {batch_id}")  # in the batch's transaction
+                if done < batch_id:
                     if stages and direct and self.overlaps(conn, self.union(stages), direct):
                         raise DirectOverlap(
                             f"batch {batch_id}: rows inserted directly share keys with older"
@@ -587,7 +649,9 @@ class Target:
                     if stages:
                         self.apply(conn, stages, batch_id, inserts_only(messages))
                     self.execute(
-                        conn, self.record_sql(), (self.s.writer_id, self.s.connector, batch_id)
+                        conn,
+                        self.record_sql(),
+                        (self.s.writer_id, self.s.connector, batch_id, self.s.epoch),
                     )
                 if self.DDL_IN_TRANSACTION:
                     self.drop(conn, stages)
@@ -618,7 +682,13 @@ class Target:
         self.drop(conn, stale)
 
     def union(self, stages: list[str]) -> str:
-        return " UNION ALL ".join(f"SELECT * FROM {self.table(t)}" for t in stages)
+        listed = self.staged_select()
+        return " UNION ALL ".join(f"SELECT {listed} FROM {self.table(t)}" for t in stages)
+
+    def staged_select(self) -> str:
+        """What the merge selects from a staging table: its columns as the target takes them
+        (a dialect casts what its target does not take as staged)."""
+        return "*"
 
     def apply(self, conn, stages: list[str], batch_id: int, fresh: bool = False) -> None:
         """Merge the batch (`fresh`: only reads and inserts, so try a plain insert first); with a

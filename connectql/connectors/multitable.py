@@ -5,8 +5,10 @@ a `__table` tag, then the change-data columns. Each table's rows go to a stream 
 from __future__ import annotations
 
 import fnmatch
+import itertools
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import StringType, StructField, StructType
 
 from connectql.errors import PlanError
@@ -97,3 +99,39 @@ def select_table(df, table: str):
         if c.startswith(prefix) or c in META_COLUMNS
     ]
     return df.where(F.col(TABLE_COLUMN) == table).select(*cols)
+
+
+def by_table(rows: pa.Table) -> dict[str, pa.Table]:
+    """A union Arrow table's rows split by table (each table's in stream order), each in its
+    stream's columns: select_table for every table at once."""
+    if not rows.num_rows:
+        return {}
+    rows = rows.take(pc.sort_indices(rows[TABLE_COLUMN]))  # a stable sort
+    out, start = {}, 0
+    for table, run in itertools.groupby(rows[TABLE_COLUMN].to_pylist()):
+        n = sum(1 for _ in run)
+        out[table] = _own_columns(rows.slice(start, n), table)
+        start += n
+    return out
+
+
+def _own_columns(rows: pa.Table, table: str) -> pa.Table:
+    prefix = table + SEP
+    names = [c for c in rows.column_names if c.startswith(prefix) or c in META_COLUMNS]
+    rows = rows.select(names).rename_columns([c.removeprefix(prefix) for c in names])
+    return rows.cast(pa.schema([f.with_type(_plain(f.type)) for f in rows.schema]))
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """`t` with 32-bit offsets (Spark's toArrow may give large types; its files have neither)."""
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_plain(t.value_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_plain(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_plain(t.key_type), _plain(t.item_type))
+    return t

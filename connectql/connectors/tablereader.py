@@ -41,6 +41,7 @@ class Table:
     columns: tuple[tuple[str, str, str], ...]
     key: tuple[str, ...]
     extra_cdc: tuple[tuple[str, str], ...] = ()  # a database's own change-data columns
+    declared: tuple[str, ...] = ()  # each column's declared type as a DDL COMMENT (declared.py)
 
     @property
     def qualified(self) -> str:
@@ -48,8 +49,9 @@ class Table:
 
     def ddl(self, cdc: bool) -> str:
         changes = [*CDC_COLUMNS, *self.extra_cdc] if cdc else []
-        cols = [(n, s) for n, _db, s in self.columns] + changes
-        return ", ".join(f"`{n}` {t}" for n, t in cols)
+        notes = self.declared or ("",) * len(self.columns)
+        cols = [(n, s + note) for (n, _db, s), note in zip(self.columns, notes, strict=True)]
+        return ", ".join(f"`{n}` {t}" for n, t in cols + changes)
 
 
 @dataclass(frozen=True)
@@ -112,10 +114,18 @@ class Range(InputPartition):
     table: str | None = None  # whose rows ('rows'); None: the source's one table
 
 
+@dataclass(frozen=True)
+class Group(InputPartition):
+    """Several ranges read by one task, one after the other (small tables' snapshots)."""
+
+    parts: tuple[Range, ...]
+
+
 class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets: cdc {"after": last key read, LOG_KEY: change-log position, "phase":
     "snapshot"|"stream", "upto": the snapshot's last key} (keys as text lists or null), plus
-    "table" (the table being snapshotted) with several tables; incremental {"after": ordering
+    "table" (the table being snapshotted) and "parts" (the [table, after, upto] ranges the
+    batch ending here reads, across tables) with several tables; incremental {"after": ordering
     text list or null}, with several tables {"after": {table: ordering text list or null}};
     bulk {"run": n}."""
 
@@ -308,7 +318,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self.cdc:
             return self._next_poll(start) if self._due() else start
         if start["phase"] == "snapshot":
-            return self._next_chunk(start)
+            return self._next_tables(start) if self.multi else self._next_chunk(start)
         if not self._due():
             return start
         return self._next_changes(start)
@@ -329,9 +339,8 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _bound(self, table: str | None, after):
         ordering = self.cfg.ordering
-        return polling.next_bound(
-            self._db(table), self._src(table), ordering, after, self.cfg.batch_rows
-        )
+        db, src = self._db(table), self._src(table)
+        return polling.chunk_end(db, src, ordering, after, self.cfg.batch_rows)[0]
 
     def _next_chunk(self, start: dict) -> dict:
         table = start.get("table", self.tables[0])
@@ -339,12 +348,42 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not key and after is None:  # no primary key: the whole table; [] marks it read
             return self._offset([], position, "snapshot", None, table)
         upto = start.get("upto")
-        bound = key and polling.next_bound(
-            self._db(table), self._src(table), key, after, self.cfg.batch_rows, upto
-        )
+        db, src = self._db(table), self._src(table)
+        bound = key and polling.chunk_end(db, src, key, after, self.cfg.batch_rows, upto)[0]
         if not bound:
             return self._snapshot_from(self.tables.index(table) + 1, position)
         return self._offset(bound, position, "snapshot", upto, table)
+
+    def _next_tables(self, start: dict) -> dict:
+        """Several tables: the next snapshot batch takes up to batch.rows rows from as many
+        tables as that needs (the rest of one, small ones whole, the start of the next), so
+        that small tables do not cost a micro-batch each; the offset lists its ranges."""
+        position, budget, parts = start[self.LOG_KEY], self.cfg.batch_rows, []
+        table, after, upto = start["table"], start["after"], start.get("upto")
+        while True:
+            key = self.key_of(table)
+            if not key and after is None:  # no primary key: the whole table; [] marks it read
+                rows = polling.rows_after(self._db(table), self._src(table), [], None, budget + 1)
+                if parts and rows > budget:
+                    break
+                parts.append([table, None, None])
+                budget, after = budget - rows, []
+            elif key:
+                db, src = self._db(table), self._src(table)
+                bound, rows = polling.chunk_end(db, src, key, after, budget, upto)
+                if bound:
+                    parts.append([table, after, bound])
+                    after = bound
+                if rows >= budget:  # the table may have more: the next batch's
+                    break
+                budget -= rows
+            end = self._snapshot_from(self.tables.index(table) + 1, position)
+            if end["phase"] != "snapshot":
+                return {**end, "parts": parts}
+            table, after, upto = end["table"], end["after"], end["upto"]
+            if budget <= 0:
+                break
+        return {**self._offset(after, position, "snapshot", upto, table), "parts": parts}
 
     def _next_changes(self, start: dict) -> dict:
         conn, begin = self._connection(), start[self.LOG_KEY]
@@ -379,6 +418,8 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         if not self.cdc:
             return self._polled(start["after"], end["after"])
+        if "parts" in end:  # several tables' snapshot ranges
+            return self._grouped(end["parts"], start[self.LOG_KEY])
         if start["phase"] == "snapshot":
             table = start.get("table", self.tables[0])
             if (
@@ -395,6 +436,18 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.log_order(finish) <= self.log_order(begin):
             return []
         return [Range("changes", None, None, begin, finish)]
+
+    def _grouped(self, parts: list, position) -> list[InputPartition]:
+        """The ranges of `parts` ([table, after, upto]) in at most tasks.max partitions."""
+        ranges = [
+            r
+            for table, after, upto in parts
+            for r in self._split(table, after, upto, self.key_of(table), position)
+        ]
+        tasks = max(1, self.cfg.tasks)
+        if len(ranges) <= tasks:
+            return ranges
+        return [Group(tuple(ranges[i::tasks])) for i in range(tasks)]
 
     def _polled(self, after, upto) -> list[Range]:
         ordering = self.cfg.ordering
@@ -427,24 +480,34 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = polling.split(after, upto, self.cfg.tasks, low)
         return [Range("rows", a, b, position, table=table) for a, b in ranges]
 
-    def read(self, part: Range) -> Iterator[pa.RecordBatch]:
+    def read(self, part: Range | Group) -> Iterator[pa.RecordBatch]:
         conn = self.connect()
         try:
-            if part.kind == "changes":
-                for table, batch in self.log_read(conn, part):
-                    yield self._shape(table, batch)
-                return
-            table = part.table
-            db = self.dialect(conn, self.meta(conn, table))
-            incremental = self.cfg.mode == "incremental"
-            columns = self.cfg.ordering if incremental else self.meta(conn, table).key
-            if self.cdc and not columns:
-                rows = self.log_snapshot(conn, table, part)
-            else:
-                rows = polling.read_range(db, self._src(table), columns, part.after, part.upto)
-            for batch in rows:
-                if self.cdc:
-                    batch = self.with_snapshot_columns(batch, table, part.log_from)
-                yield self._shape(table, batch)
+            if not isinstance(part, Group):
+                yield from self._read(conn, part)
+            for one in part.parts if isinstance(part, Group) else ():
+                yield from self._read(conn, one, fast=False)
         finally:
             conn.close()
+
+    def _read(self, conn, part: Range, fast: bool = True) -> Iterator[pa.RecordBatch]:
+        """One range's rows; not `fast`: on `conn`, not through connectorx, whose session and
+        threads per read cost more than a small table's rows (a group of small tables)."""
+        if part.kind == "changes":
+            for table, batch in self.log_read(conn, part):
+                yield self._shape(table, batch)
+            return
+        table = part.table
+        db = self.dialect(conn, self.meta(conn, table))
+        if not fast:
+            db.address = None
+        incremental = self.cfg.mode == "incremental"
+        columns = self.cfg.ordering if incremental else self.meta(conn, table).key
+        if self.cdc and not columns:
+            rows = self.log_snapshot(conn, table, part)
+        else:
+            rows = polling.read_range(db, self._src(table), columns, part.after, part.upto)
+        for batch in rows:
+            if self.cdc:
+                batch = self.with_snapshot_columns(batch, table, part.log_from)
+            yield self._shape(table, batch)

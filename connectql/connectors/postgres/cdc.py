@@ -15,7 +15,7 @@ import pyarrow as pa
 from psycopg import sql
 from pyspark.sql.types import StructType
 
-from connectql.connectors.changerows import ChangeRows
+from connectql.connectors.changerows import DEAD_LETTERS, UNREADABLE, ChangeRows, dead_letters
 from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.postgres.client import qualified
 from connectql.connectors.postgres.pgoutput import UNCHANGED_TOAST, Begin, Change, Commit, Decoder
@@ -205,11 +205,13 @@ def transactions(conn, slot: str, lsn_from: int, lsn_to: int) -> Iterator[tuple]
 
 
 def change_batches(
-    cfg, schemas: dict[str, StructType], keys: dict[str, list], txns, seen=None
+    cfg, schemas: dict[str, StructType], keys: dict[str, list], txns, seen=None, tolerant=False
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     """(table, change rows) of the captured tables' changes in `txns` (commit LSN, ts_ms, xid,
     [Change]), in commit order; `schemas` and `keys` by table. `seen(table, xid)`: whether the
-    table's snapshot already holds that transaction's changes (they are left out)."""
+    table's snapshot already holds that transaction's changes (they are left out). A change
+    that cannot be read fails, naming its table and position, or when `tolerant` is one of the
+    dead letters yielded last as (DEAD_LETTERS, rows)."""
     builders = {
         decoded_name(cfg.schema, t): (
             cfg.for_table(t),
@@ -217,6 +219,7 @@ def change_batches(
         )
         for t in schemas
     }
+    dead = []
     for commit, ts_ms, xid, changes in txns:
         for seq, change in enumerate(changes, start=1):
             if change.table in builders and not (seen and seen(change.table, xid)):
@@ -224,10 +227,36 @@ def change_batches(
                 meta = {"__ts_ms": ts_ms, "__pos": position(commit, seq)}
                 meta["__source"] = _source(one, False, commit_lsn=lsn_text(commit), xid=xid)
                 values, before, meta["__unchanged"] = _untoasted(change)
-                builder.add(change.op, values, before, meta, change.types)
+                try:
+                    builder.add(change.op, values, before, meta, change.types)
+                except UNREADABLE as e:
+                    record = _poison(one, change, commit, meta, e)
+                    if not tolerant:
+                        raise ConnectQLError(
+                            f"{record['error_message']} (errors.tolerance = 'all' on a source"
+                            " of several tables sends it to the dead-letter stream and goes on)"
+                        ) from None
+                    dead.append(record)
     for one, builder in builders.values():
         if builder.count:
             yield one.table, builder.batch()
+    if dead:
+        yield DEAD_LETTERS, dead_letters(dead, next(iter(schemas.values())))
+
+
+def _poison(cfg, change: Change, commit: int, meta: dict, e: Exception) -> dict:
+    """A change that cannot be read, as a dead-letter record."""
+    message = (
+        f"table {cfg.schema}.{cfg.table}: the change at LSN {lsn_text(commit)} cannot be read:"
+        f" {type(e).__name__}: {str(e)[:300]}"
+    )
+    raw = {k: None if v is None else str(v)[:1000] for k, v in change.values.items()}
+    return {
+        "table": cfg.table, "ts_ms": meta["__ts_ms"], "pos": meta["__pos"],
+        "offset": {"lsn": lsn_text(commit), "table": cfg.table},
+        "error_class": type(e).__name__, "error_message": message,
+        "raw_record": {"op": change.op, **raw},
+    }  # fmt: skip
 
 
 def _source(cfg, snapshot: bool, **where) -> str:

@@ -123,31 +123,22 @@ class PostgresStreamReader(TableStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list[Range]:
         parts = super().partitions(start, end)
-        if self.available_now or not any(p.kind == "changes" for p in parts):
+        if self.available_now or not any(getattr(p, "kind", "") == "changes" for p in parts):
             return parts
         self._tailing(start[self.LOG_KEY])  # a batch replayed after a restart: spool it again
         return [replace(p, kind="spool") if p.kind == "changes" else p for p in parts]
 
-    def read(self, part: Range):
-        if part.kind == "rows" and self.cdc:
-            conn = self.connect()
-            try:
-                if not self.meta(conn, part.table).key:
-                    yield from self._keyless_snapshot(conn, part)
-                    return
-            finally:
-                conn.close()
-        if part.kind != "spool":
-            yield from super().read(part)
+    def _read(self, conn, part: Range, fast: bool = True):
+        if part.kind == "rows" and self.cdc and not self.meta(conn, part.table).key:
+            yield from self._keyless_snapshot(conn, part)
             return
-        conn = self.connect()
-        try:
-            keys = {t: self.meta(conn, t).key for t in self.tables}
-            txns = walstream.read_spool(self._spool(), part.log_from, part.log_to)
-            for table, batch in self._changes(keys, txns):
-                yield self._shape(table, batch)
-        finally:
-            conn.close()
+        if part.kind != "spool":
+            yield from super()._read(conn, part, fast)
+            return
+        keys = {t: self.meta(conn, t).key for t in self.tables}
+        txns = walstream.read_spool(self._spool(), part.log_from, part.log_to)
+        for table, batch in self._changes(keys, txns):
+            yield self._shape(table, batch)
 
     def _changes(self, keys: dict, txns) -> Iterator[tuple[str, pa.RecordBatch]]:
         """(table, change rows), less those a keyless table's snapshot already read."""
@@ -159,7 +150,9 @@ class PostgresStreamReader(TableStreamReader):
         def in_snapshot(table: str, xid: int) -> bool:
             return table in seen and walstream.visible(xid, seen[table])
 
-        yield from cdc.change_batches(self.cfg, self.schemas, keys, txns, in_snapshot)
+        yield from cdc.change_batches(
+            self.cfg, self.schemas, keys, txns, in_snapshot, self.tolerant
+        )
 
     def _keyless_snapshot(self, conn, part: Range) -> Iterator[pa.RecordBatch]:
         """A table without a primary key is read whole in one transaction whose snapshot is

@@ -59,7 +59,9 @@ def put_objects(fs, prefix: str, objects: int, per_object: int) -> int:
             for i in range(n * per_object, (n + 1) * per_object)
         ).encode()
         size += len(lines)
-        with fs.open_output_stream(f"{BUCKET}/{prefix}part-{n:04d}.jsonl.gz") as out:
+        with fs.open_output_stream(
+            f"{BUCKET}/{prefix}part-{n:04d}.jsonl.gz", compression=None
+        ) as out:
             out.write(gzip.compress(lines, compresslevel=6))
     return size
 
@@ -107,7 +109,9 @@ def yardstick(server, prefix: str, total: int) -> float:
         selector = pafs.FileSelector(f"{BUCKET}/{prefix}", recursive=True)
         rows = 0
         for info in sorted(fs.get_file_info(selector), key=lambda i: i.path):
-            with pa.CompressedInputStream(fs.open_input_stream(info.path), "gzip") as stream:
+            with pa.CompressedInputStream(
+                fs.open_input_stream(info.path, compression=None), "gzip"
+            ) as stream:
                 table = pajson.read_json(
                     stream, parse_options=pajson.ParseOptions(explicit_schema=SCHEMA)
                 )

@@ -16,7 +16,7 @@ from rich.table import Table
 from connectql.errors import ConnectQLError
 from connectql.formats import FORMATS, Printer
 from connectql.grammar.ast import is_name
-from connectql.server.home import home_of
+from connectql.server.home import default_home_text, home_of
 from connectql.server.results import Result
 
 console = Console()
@@ -111,7 +111,8 @@ def _watch(worker, out: Console, statements) -> None:
 def _backend(args, deferred: bool = False):
     from connectql.server.client import connect
 
-    return connect(home_of(args.home), args.server, args.token_file, deferred)
+    given = args.home or default_home_text()  # a relative home is refused on a cluster
+    return connect(home_of(args.home), args.server, args.token_file, deferred, given)
 
 
 def cmd_run(args) -> int:
@@ -184,7 +185,15 @@ def cmd_server(args) -> int:
 
     tls = Tls.of(args.tls_cert, args.tls_key)
     try:
-        serve(home_of(args.home), args.host, args.port, token(args.token_file), console.print, tls)
+        serve(
+            args.home or default_home_text(),
+            args.host,
+            args.port,
+            token(args.token_file),
+            console.print,
+            tls,
+            args.standby,
+        )
     except KeyboardInterrupt:  # SIGINT/SIGTERM is how a server stops: serve has shut it down
         pass
     return 0
@@ -288,6 +297,11 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--port", type=int, default=8083, help="port (8083; 0: any free)")
     server.add_argument("--tls-cert", help="serve HTTPS with this certificate chain (PEM)")
     server.add_argument("--tls-key", help="the certificate's private key (PEM)")
+    server.add_argument(
+        "--standby",
+        action="store_true",
+        help="wait beside the home's active worker and take over when its lease lapses",
+    )
     server.set_defaults(func=cmd_server)
     start.add_argument("--timeout", type=float, default=180, help="seconds to wait (180)")
     start.set_defaults(func=cmd_start)

@@ -65,4 +65,5 @@ def worker(spark, home):
     w.close(stop_spark=False)
 
 
-from tests.pgserver import pg_logical, pg_own, pg_shared  # noqa: E402, F401 (PostgreSQL fixtures)
+from tests.pgserver import cdc_databases, pg_logical, pg_own, pg_shared  # noqa: E402, F401 (PostgreSQL fixtures)
+from tests.sparkcluster import partial_cluster, spark_cluster  # noqa: E402, F401 (Spark clusters)

@@ -109,3 +109,32 @@ def run_rejecting_sinks(worker, sink_type: str, conn: str) -> int:
     assert counts == [(2000, 2000 - over, over)]
     assert worker.catalog.get_connector("strict").state == "FAILED"
     return over
+
+
+def check_poison_isolated(worker, table: str, position: str) -> str:
+    """The end of a several-table source's poison test: with connectors 'tolerant' (into
+    stream s, dead letters in 'rejects') and 'strict' (errors.retry.max = 0) over tables bad,
+    good1, good2, where good1 got ids 1 and 2, good2 id 1 and bad ids 1 (the poison) and 2:
+    every other change flowed, one dead letter names `table` and the log `position`, tolerant
+    runs on and strict is FAILED naming the table. Returns the dead letter's message."""
+
+    def ids(stream: str):
+        rows = read_parquet_rows(worker.home / "streams" / stream, "SELECT id FROM t ORDER BY id")
+        return [r[0] for r in rows or []]
+
+    wait_until(lambda: ids("s_good1") == [1, 2], timeout=90, what="good1's changes")
+    wait_until(lambda: ids("s_good2") == [1] and ids("s_bad") == [2], timeout=60)
+    rejects = worker.home / "streams/rejects"
+    query = "SELECT connector, stage, error_class, error_message, source_offset FROM t"
+    wait_until(lambda: read_parquet_rows(rejects, query), timeout=60, what="the dead letter")
+    letters = read_parquet_rows(rejects, query)
+    assert len(letters) == 1
+    connector, stage, error_class, message, offset = letters[0]
+    assert (connector, stage, error_class) == ("tolerant", "read", "ValueError")
+    assert f"table {table}" in message and position in message
+    assert '"table":"bad"' in offset.replace(" ", "")
+    assert worker.catalog.get_connector("tolerant").state == "RUNNING"
+    wait_until(lambda: worker.catalog.get_connector("strict").state == "FAILED", timeout=90)
+    error = worker.catalog.get_connector("strict").last_error
+    assert f"table {table}" in error and "errors.tolerance = 'all'" in error
+    return message

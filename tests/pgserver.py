@@ -203,3 +203,38 @@ def pg_sql(info: str, statement: str):
         c.execute("SET synchronous_commit = on")
         cur = c.execute(statement)
         return cur.fetchall() if cur.description else None
+
+
+@pytest.fixture
+def cdc_databases(pg_logical):
+    """({"src", "dst", "slot"}: names, {"src", "dst"}: conninfos) of a source and a target
+    database on the private server with logical decoding and a slot name for a cdc source; the
+    slot (its walsender ended first: a killed worker's may linger) and both are dropped after."""
+    tag = uuid.uuid4().hex[:8]
+    names = {"src": f"cq_cdc_src_{tag}", "dst": f"cq_cdc_dst_{tag}", "slot": f"cq_cdc_{tag}"}
+    infos = {k: create_database(pg_logical.conninfo(), names[k]) for k in ("src", "dst")}
+    yield names, infos
+    slot = "FROM pg_replication_slots WHERE slot_name = %s"
+    with psycopg.connect(pg_logical.conninfo(), autocommit=True) as c:
+        deadline = time.monotonic() + 30
+        while c.execute(f"SELECT 1 {slot} AND active", (names["slot"],)).fetchall():
+            assert time.monotonic() < deadline, f"slot {names['slot']} still in use"
+            c.execute(f"SELECT pg_terminate_backend(active_pid) {slot}", (names["slot"],))
+            time.sleep(0.2)
+        c.execute(f"SELECT pg_drop_replication_slot(slot_name) {slot}", (names["slot"],))
+        for db in (names["src"], names["dst"]):
+            c.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+ITEMS_CHECKSUM = (
+    "SELECT count(*), md5(coalesce(string_agg((id, name, qty)::text, ',' ORDER BY id), ''))"
+    " FROM items"
+)
+
+
+def items_checksum(info: str):
+    """(rows, md5 of id, name, qty of every row) of items, or None before the table exists."""
+    try:
+        return pg_sql(info, ITEMS_CHECKSUM)[0]
+    except psycopg.errors.UndefinedTable:
+        return None

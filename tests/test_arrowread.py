@@ -95,6 +95,7 @@ PG_BENCH_TYPES = {"i4", "i8", "n2", "vc", "ts"}
 def test_every_postgres_value_reads_the_same_through_connectorx_or_falls_back(pg_db):  # noqa: F811
     name, info = pg_db
     pgvalues.sql(info, "CREATE TYPE mood AS ENUM ('ok', 'so so')")
+    pgvalues.sql(info, "CREATE EXTENSION citext")
     pgvalues.sql(info, f"CREATE TABLE vals ({pgvalues.COLUMNS})")
     for row in pgvalues.rows():
         pgvalues.insert(info, row)

@@ -27,7 +27,7 @@ def place(server, name) -> Place:
 
 
 def put(fs, path: str, data: bytes) -> None:
-    with fs.open_output_stream(path) as f:
+    with fs.open_output_stream(path, compression=None) as f:
         f.write(data)
 
 
@@ -175,6 +175,11 @@ def test_offsets_advance_mid_object_and_read_replaced_objects_again():
     replaced = offsets.advance(three, [offsets.Seen("a", "e9", 70, 2)], None)
     assert offsets.ranges(three, replaced) == [offsets.Range("a", "e9", 0, 2)]
     assert list(three) == ["objects", "done", "bytes"]
+    gone = offsets.advance(three, [], None, {"b"})  # "a" was deleted from the bucket
+    assert gone["objects"] == {"b": three["objects"]["b"]} and gone["done"] == 1
+    assert offsets.ranges(gone, offsets.advance(gone, found, None, {"a", "b"})) == [
+        offsets.Range("a", "e1", 0, 5)  # uploaded again: new
+    ]
 
 
 def test_split_deals_ranges_into_balanced_tasks():

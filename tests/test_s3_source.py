@@ -77,7 +77,18 @@ def test_objects_in_key_order_exactly_once_across_batches_ending_mid_object(
     put(fs, f"{bucket}/in/a.jsonl", jsonl(rows(20, 22)))
     wait_until(lambda: len(stream_rows(worker, "events")) == 16, what="the new objects")
     assert [r[0] for r in stream_rows(worker, "events")][-4:] == [12, 13, 20, 21]
+    # an object deleted from the bucket leaves the offset (it holds what a listing finds)
+    fs.delete_file(f"{bucket}/in/b.jsonl.gz")
+    wait_until(lambda: committed_keys(worker) == ["in/a.jsonl", "in/c.jsonl"], what="b gone")
+    assert len(stream_rows(worker, "events")) == 16
     assert state(worker, "landing") == "RUNNING"
+
+
+def committed_keys(worker) -> list[str]:
+    found = worker.catalog.query(
+        "SELECT committed_offset FROM connector_offsets WHERE connector = 'landing'"
+    )[1]
+    return list(json.loads(found[0][0])["objects"]) if found and found[0][0] else []
 
 
 def test_bad_records_go_to_dead_letters_with_key_and_record(worker, s3server, bucket):  # noqa: F811

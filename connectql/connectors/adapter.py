@@ -89,6 +89,7 @@ def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:
         options,
         secret_options=_hidden(options),
         check=lambda struct: _call(where, sink.check, arrow_schema(struct)),
+        interval_ms=_call(where, sink.flush_interval_ms),
     )
 
 

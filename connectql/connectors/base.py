@@ -59,6 +59,7 @@ class WriterSpec:
     # them from the stream at all (e.g. an upsert's __source)
     unused: tuple[str, ...] = ()
     endpoint: str | None = None  # host:port the writes wait on (named when a batch hangs)
+    interval_ms: int | None = None  # the sink's own micro-batch pace, unless trigger.interval
 
 
 @dataclass(frozen=True)

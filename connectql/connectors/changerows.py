@@ -77,6 +77,8 @@ class ChangeRows:
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
 
 
+# what converting a value that does not fit raises (a schema change raises other errors)
+UNREADABLE = (ValueError, ArithmeticError, LookupError, UnicodeError, pa.ArrowException)
 DEAD_LETTERS = ""  # the __table of a several-table source's dead letters (no table is named '')
 
 
@@ -93,7 +95,7 @@ def dead_letters(records: list[dict], schema: StructType) -> pa.RecordBatch:
     }
     target = arrow_schema(StructType([f for f in schema.fields if f.name in META_COLUMNS]))
     return pa.RecordBatch.from_arrays(
-        [pa.array(values[f.name], f.type) for f in target], schema=target
+        [pa.array(values.get(f.name, [None] * n), f.type) for f in target], schema=target
     )
 
 

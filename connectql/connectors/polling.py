@@ -61,26 +61,28 @@ def range_where(
     return (" WHERE " + " AND ".join(parts) if parts else ""), params
 
 
-def next_bound(
+def chunk_end(
     db: Db,
     src: Source,
     columns: Sequence[str],
     after: Sequence[str] | None,
     rows: int,
     upto: Sequence[str] | None = None,
-) -> list[str] | None:
-    """The ordering columns' values (as text) of the rows-th row after `after` (or of the last
-    row up to `upto` when fewer remain); None when no row follows `after`."""
+) -> tuple[list[str] | None, int]:
+    """(bound, n): the ordering columns' values (as text) of the rows-th row after `after` (or
+    of the last row up to `upto` when fewer remain) and how many rows up to it follow `after`;
+    (None, 0) when no row does."""
     where, params = range_where(db, columns, after, upto)
     order = _cols(db, columns)
     # aliased: ORDER BY would otherwise sort the text values, which share the columns' names
     texts = ", ".join(f"{db.as_text(c)} AS cq_bound_{i}" for i, c in enumerate(columns))
     found = db.rows(
-        f"SELECT {texts} FROM (SELECT {order} FROM {src.relation}{where} ORDER BY {order}"
-        f" LIMIT {int(rows)}) chunk ORDER BY {_desc(db, columns)} LIMIT 1",
+        f"SELECT {texts}, count(*) OVER () AS cq_rows FROM (SELECT {order} FROM"
+        f" {src.relation}{where} ORDER BY {order} LIMIT {int(rows)}) chunk"
+        f" ORDER BY {_desc(db, columns)} LIMIT 1",
         params,
     )
-    return list(found[0]) if found else None
+    return (list(found[0][:-1]), int(found[0][-1])) if found else (None, 0)
 
 
 def rows_after(

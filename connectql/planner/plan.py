@@ -174,7 +174,7 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
         writer=writer,
         checkpoint=ctx.checkpoint(entry.name),
         run=options["run"],
-        interval_ms=duration_ms(interval) if interval else None,
+        interval_ms=duration_ms(interval) if interval else writer.interval_ms,
         tasks=options.get("tasks.max") or 1,
         initial_state=options["initial.state"],
         transform=transform,

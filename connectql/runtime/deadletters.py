@@ -39,7 +39,7 @@ def outputs(plan) -> list[Output]:
     col = plan.reader.corrupt_column
     if plan.table_paths:  # several tables: each table's rows to its own stream
         tables = [
-            Output(path, functools.partial(select_table, table=t))
+            Output(path, functools.partial(select_table, table=t), table=t)
             for t, path in plan.table_paths.items()
         ]
         dead = Output(plan.deadletter_path, functools.partial(_unread_changes, plan=plan))

@@ -114,13 +114,15 @@ class Engine:
         self.lingering: dict[str, Stopper] = {}  # stopped queries still stuck in a call
         self._spark = None
         self._lock = threading.RLock()
+        self.epoch: int | None = None  # the worker's lease epoch, given to its writers
 
     @property
     def spark(self):
         if self._spark is None:
-            self._spark = get_session(self.settings)
-            if self.on_session is not None:
-                self.on_session(self._spark)
+            spark = get_session(self.settings)
+            if self.on_session is not None:  # its checks pass before the session is used
+                self.on_session(spark)
+            self._spark = spark
             self._listener = _Listener(self)
             self._spark.streams.addListener(self._listener)
         return self._spark
@@ -213,6 +215,8 @@ class Engine:
         }
         if plan.deadletter_path:
             ids["connectql.deadletter"] = plan.deadletter_path
+        if self.epoch is not None:  # database sinks refuse a batch from an older epoch
+            ids["connectql.epoch"] = str(self.epoch)
         return writer.options(**ids)
 
     def _stream_batch(self, plan: Plan, batch_id: int, rows: dict[str, int]) -> None:

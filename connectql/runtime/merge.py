@@ -4,12 +4,14 @@ their place in the stream's log in one step (see retention.merge_groups for whic
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -17,27 +19,39 @@ from connectql.catalog.streams import replace_files
 from connectql.runtime.retention import entry_times, local_path
 from connectql.runtime.streamwriter import ROW_GROUP_BYTES
 
-Keep = Callable[[pa.Table], pa.Table]
+Keep = Callable[[list[str]], list[pa.Array]]  # files -> the row numbers kept of each
+COMPACT_MEMORY = "256MB"  # DuckDB's limit while choosing rows; past it, it spills to disk
 
 
 def last_changes(key: tuple[str, ...], tombstones_before_ms: int) -> Keep:
     """Key compaction: of a change stream's records, the last change per key (by `__pos`,
-    the sink's order), in `__pos` order, less deletes committed at the source before
-    `tombstones_before_ms` (a delete younger than that stays, so a sink that has not caught up
-    still deletes the row)."""
+    the sink's order), less deletes committed at the source before `tombstones_before_ms` (a
+    delete younger than that stays, so a sink that has not caught up still deletes the row).
+    Only the key and change columns are read to choose, by DuckDB within COMPACT_MEMORY (it
+    spills past that), so a table bigger than memory compacts; the rows kept are then copied
+    file by file, in log order (which is `__pos` order)."""
     cols = ", ".join(f'"{c}"' for c in key)
 
-    def keep(table: pa.Table) -> pa.Table:
-        con = duckdb.connect()
-        con.register("rows", table.append_column("cq_i", pa.array(range(len(table)), pa.int64())))
-        kept = con.sql(
-            f"SELECT cq_i FROM (SELECT cq_i, __op, __ts_ms, __pos, row_number() OVER"
-            f" (PARTITION BY {cols} ORDER BY __pos DESC, cq_i DESC) AS cq_n FROM rows)"
-            f" WHERE cq_n = 1 AND NOT (__op = 'd' AND __ts_ms < {int(tombstones_before_ms)})"
-            " ORDER BY __pos, cq_i"
-        ).fetchnumpy()["cq_i"]
-        con.close()
-        return table.take(pa.array(kept))
+    def keep(files: list[str]) -> list[pa.Array]:
+        spill = Path(files[0]).parent / f".compact.{os.getpid()}.tmp"
+        con = duckdb.connect(config={"memory_limit": COMPACT_MEMORY, "temp_directory": str(spill)})
+        try:
+            con.register("cq_files", pa.table({"cq_file": files, "cq_f": range(len(files))}))
+            chosen = con.execute(
+                f"SELECT cq_f, cq_r FROM (SELECT f.cq_f, r.file_row_number AS cq_r, __op,"
+                f" __ts_ms, row_number() OVER (PARTITION BY {cols} ORDER BY __pos DESC, f.cq_f"
+                f" DESC, r.file_row_number DESC) AS cq_n FROM read_parquet(?, filename = true,"
+                f" file_row_number = true, union_by_name = true) r JOIN cq_files f"
+                f" ON r.filename = f.cq_file) WHERE cq_n = 1 AND NOT (__op = 'd' AND __ts_ms <"
+                f" {int(tombstones_before_ms)}) ORDER BY cq_f, cq_r",
+                [files],
+            ).fetchnumpy()
+        finally:
+            con.close()
+            shutil.rmtree(spill, ignore_errors=True)
+        ends = np.searchsorted(chosen["cq_f"], np.arange(len(files) + 1))
+        rows = chosen["cq_r"]
+        return [pa.array(rows[ends[i] : ends[i + 1]], pa.int64()) for i in range(len(files))]
 
     return keep
 
@@ -53,12 +67,12 @@ def _aligned(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _tables(files: list[str], schema: pa.Schema, keep: Keep | None):
-    """The files' records (all of them at once when `keep` chooses among them)."""
-    tables = (_aligned(pq.read_table(f), schema) for f in files)
-    if keep is None:
-        yield from tables
-    else:
-        yield keep(pa.concat_tables(tables))
+    """The files' records (those `keep` chose), a file at a time."""
+    kept = keep(files) if keep is not None else [None] * len(files)
+    for f, rows in zip(files, kept, strict=True):
+        if rows is None or len(rows):
+            table = _aligned(pq.read_table(f), schema)
+            yield table if rows is None else table.take(rows)
 
 
 def write_merged(stream: Path, files: list[str], name: str, keep: Keep | None = None) -> Path:

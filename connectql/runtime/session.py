@@ -93,6 +93,12 @@ def prepare_environment() -> None:
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 
 
+def master_of(settings: dict[str, str] | None) -> str:
+    """spark.master from `settings` (SET spark.master), else CONNECTQL_SPARK_MASTER, else local."""
+    given = (settings or {}).get("spark.master") or os.environ.get("CONNECTQL_SPARK_MASTER")
+    return given or DEFAULTS["spark.master"]
+
+
 def get_session(settings: dict[str, str] | None = None):
     """The process-wide SparkSession, created on first use with DEFAULTS overlaid by `settings`
     and by CONNECTQL_SPARK_MASTER."""
@@ -102,10 +108,7 @@ def get_session(settings: dict[str, str] | None = None):
             prepare_environment()
             from pyspark.sql import SparkSession
 
-            conf = dict(DEFAULTS)
-            if os.environ.get("CONNECTQL_SPARK_MASTER"):
-                conf["spark.master"] = os.environ["CONNECTQL_SPARK_MASTER"]
-            conf.update(settings or {})
+            conf = {**DEFAULTS, **(settings or {}), "spark.master": master_of(settings)}
             builder = SparkSession.builder
             for key, value in conf.items():
                 builder = builder.config(key, value)

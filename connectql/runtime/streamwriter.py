@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from connectql.catalog.streams import append_files, committed_files
+from connectql.catalog.streams import append_files, append_table, committed_files
+from connectql.connectors.multitable import by_table
 from connectql.errors import PermanentError, SchemaEvolved, cause
 from connectql.runtime.errors import short_error
 
@@ -62,11 +63,14 @@ def writer_id(checkpoint: str | Path) -> str:
 @dataclass(frozen=True)
 class Output:
     """One stream a batch feeds: `select(batch_df)` (`select(batch_df, batch_id)` when
-    `by_batch`) gives the rows it gets."""
+    `by_batch`) gives the rows it gets; with `table`, a multi-table source's stream, the
+    rows of that table (the batch is then collected once for all its tables' streams, not
+    written by a Spark job per table)."""
 
     path: str
     select: Callable
     by_batch: bool = False
+    table: str | None = None
 
 
 class StreamWriter:
@@ -88,18 +92,33 @@ class StreamWriter:
 
     def __call__(self, df, batch_id: int) -> None:
         todo = [o for o in self.outputs if batch_id not in self._done[o.path]]
-        cached = len(todo) > 1
+        tables = [o for o in todo if o.table is not None]
+        cached = len(todo) - len(tables) + bool(tables) > 1
         if cached:
             df = df.persist()
         try:
-            counts = [self._write(o, _selected(o, df, batch_id), batch_id) for o in todo]
+            counts = {}
+            if tables:
+                rows = by_table(df.toArrow())
+                for o in tables:
+                    counts[o.path] = self._append(o, rows.get(o.table), batch_id)
+            for o in todo:
+                if o.table is None:
+                    counts[o.path] = self._write(o, _selected(o, df, batch_id), batch_id)
         except Exception as e:
             raise BatchFailed(concise(e)) from None
         finally:
             if cached:
                 df.unpersist()
         if self.on_batch:
-            self.on_batch(batch_id, dict(zip([o.path for o in todo], counts, strict=True)))
+            self.on_batch(batch_id, {o.path: counts[o.path] for o in todo})
+
+    def _append(self, out: Output, rows, batch_id: int) -> int:
+        """Write and commit one table's rows (an Arrow table, or None: none this batch)."""
+        if rows is not None and rows.num_rows:
+            append_table(out.path, f"{self.wid}-b{batch_id}-0", rows)
+        self._done[out.path].add(batch_id)
+        return rows.num_rows if rows is not None else 0
 
     def _write(self, out: Output, df, batch_id: int) -> int:
         """Write and commit one output; returns the rows committed."""

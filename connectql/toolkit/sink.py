@@ -47,6 +47,11 @@ class Sink:
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""
         self.options = dict(options)
 
+    def flush_interval_ms(self) -> int | None:
+        """How often micro-batches start when `trigger.interval` is not set (None: as fast as
+        data arrives): a sink that writes per batch (e.g. one object) rolls at this pace."""
+        return None
+
     def check(self, schema: pa.Schema) -> None:
         """Driver, at CREATE and each start, with the schema of the rows it will get: prepare
         the target (e.g. create its table) or raise ValidationError naming what is wrong."""

@@ -37,11 +37,15 @@ class Seen:
     total: int
 
 
-def advance(start: dict, found: list[Seen], budget: int | None) -> dict:
+def advance(
+    start: dict, found: list[Seen], budget: int | None, listed: set[str] | None = None
+) -> dict:
     """The end offset after reading at most `budget` records (None: all) of the objects
     `found` (in key order), from `start`. An object under a known key with another ETag was
-    replaced: it is read again from its first record."""
-    objects = dict(start["objects"])
+    replaced: it is read again from its first record. Entries of objects no longer `listed`
+    (the keys under the prefix now; None: keep every entry) leave the offset, so that it holds
+    at most the objects a listing finds; one uploaded again later under its key is new."""
+    objects = {k: e for k, e in start["objects"].items() if listed is None or k in listed}
     left = budget
     for seen in found:
         known = objects.get(seen.key)

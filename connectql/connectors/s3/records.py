@@ -66,7 +66,7 @@ def open_object(fs, path: str, fmt: Format) -> tuple[pa.NativeFile, dict]:
     if fmt.name in ("parquet", "avro"):
         found = fs.open_input_file(path)
         return found, found.metadata()
-    raw = fs.open_input_stream(path)
+    raw = fs.open_input_stream(path, compression=None)  # not pyarrow's guess from the suffix
     metadata = raw.metadata()
     codec = fmt.compression(path)
     return (pa.CompressedInputStream(raw, codec) if codec else raw), metadata

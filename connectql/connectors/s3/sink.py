@@ -50,7 +50,15 @@ SINK_OPTIONS = (
         "file.max.records",
         "int",
         doc="at most this many records per object; absent: one object per task and micro-batch"
-        " (objects roll at every micro-batch: trigger.interval sets how often)",
+        " (objects roll at every micro-batch: file.flush.interval.ms sets how often)",
+    ),
+    Option(
+        "file.flush.interval.ms",
+        "int",
+        doc="roll objects by time: a micro-batch, which writes each task's records as objects,"
+        " starts at most this often, so a record waits up to this long and an object holds up to"
+        " this long's records; absent: as fast as records arrive. Sets the sink's trigger, so"
+        " it cannot be given with trigger.interval",
     ),
 )
 
@@ -68,6 +76,7 @@ class S3Sink(Sink):
         self.format = ObjectFormat(opts["format"], opts.get("compression") or default)
         self.template = Template(opts["file.name.template"])
         self.max_records = opts.get("file.max.records")
+        self.flush_ms = opts.get("file.flush.interval.ms")
         self.stream = opts.get("stream") or "stream"
         self.prefix = opts.get("prefix") or ""
         self._fs = None
@@ -80,6 +89,18 @@ class S3Sink(Sink):
         if self._fs is None:
             self._fs = self.place.filesystem()
         return self._fs
+
+    def flush_interval_ms(self) -> int | None:
+        if self.flush_ms is None:
+            return None
+        if self.flush_ms < 1:
+            raise ValidationError("s3 sink: file.flush.interval.ms must be at least 1")
+        if self.options.get("trigger.interval"):
+            raise ValidationError(
+                "s3 sink: file.flush.interval.ms and trigger.interval both set how often objects"
+                " roll; give one"
+            )
+        return self.flush_ms
 
     def check(self, schema: pa.Schema) -> None:
         self.format.check()
@@ -95,7 +116,8 @@ class S3Sink(Sink):
         staged = []
         for n, piece in enumerate(pieces(data, self.max_records) if data.num_rows else []):
             key = f"{self._home(writer)}/{batch_id}/{task:05d}-{n:05d}.{self.format.ext}"
-            with self.fs.open_output_stream(self.place.path(key)) as out:
+            # the format compresses; pyarrow would compress a second time by the suffix
+            with self.fs.open_output_stream(self.place.path(key), compression=None) as out:
                 self.format.write(out, piece)
             staged.append([task, key, piece.num_rows])
         return staged

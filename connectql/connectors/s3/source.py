@@ -86,7 +86,9 @@ class S3Source(Source):
     def latest_offset(self, start: dict) -> dict:
         if time.monotonic() < self._idle_until:
             return start  # nothing was new at the last look: wait poll.interval.ms
-        latest = offsets.advance(start, list(self._seen(start, self._listing())), None)
+        listing = self._listing()
+        keys = {obj.key for obj in listing}
+        latest = offsets.advance(start, list(self._seen(start, listing)), None, keys)
         if latest == start:
             self._idle_until = time.monotonic() + self.s.poll_ms / 1000
         return latest
@@ -97,7 +99,7 @@ class S3Source(Source):
             for k, e in latest["objects"].items()
             if offsets.unfinished(start, k, e["etag"])
         ]
-        return offsets.advance(start, found, max_records)
+        return offsets.advance(start, found, max_records, set(latest["objects"]))
 
     def _listing(self) -> list[Listed]:
         try:

@@ -228,6 +228,9 @@ def test_a_paused_active_that_comes_back_writes_nothing_to_a_target_or_the_catal
             os.kill(pid, signal.SIGCONT)
     assert active.wait(timeout=60) == 3, describe(pair.logs, pair.home, "active")
     assert "lost the lease" in (pair.home / "worker.log").read_text()
+    # the old worker's catalog, held while it was paused, is removed once it has exited
+    wait_until(lambda: not (pair.home / "catalog.duckdb").exists(), 30, 0.5, "the old catalog gone")
+    assert sorted(p.name for p in pair.home.glob("catalog*.duckdb")) == ["catalog-e2.duckdb"]
     wait_until(lambda: _rows(infos["dst"]) > at_takeover + 200, 60, 0.5, "rows after the resume")
     total, distinct, _ = pg_sql(infos["dst"], count)[0]
     assert total == distinct  # no batch twice: the old worker's commit was refused or never came

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -104,6 +105,25 @@ def claim_catalog(home: Path, epoch: int) -> str:
     return copy
 
 
+def prune_catalogs(home: Path, keep: str) -> list[str]:
+    """Remove the catalog files of earlier epochs (all but `keep`) that no process holds any
+    more: a worker that lost its lease leaves its file locked until it exits. The names removed."""
+    removed = []
+    for path in home.glob("catalog*.duckdb"):
+        if path.name == keep or not re.fullmatch(r"catalog(-e\d+)?\.duckdb", path.name):
+            continue
+        try:
+            duckdb.connect(str(path)).close()
+        except duckdb.Error:
+            continue  # still held (or unreadable): left for a later pass
+        for suffix in ("", ".wal"):
+            (home / (path.name + suffix)).unlink(missing_ok=True)
+        removed.append(path.name)
+    if removed:
+        log.info("removed the catalog files of earlier workers: %s", ", ".join(sorted(removed)))
+    return removed
+
+
 class Lease:
     """Held by the active worker: renewed every RENEW_S in a thread. When another worker took a
     newer epoch, `on_lost(epoch)` is called once and renewals stop."""
@@ -149,6 +169,7 @@ class Lease:
             try:
                 if not self.renew():
                     return
+                prune_catalogs(self.home, self.catalog)
             except OSError as e:  # the home's storage went away: the lease lapses
                 log.error("cannot renew the lease in %s: %s", self.home, e)
 

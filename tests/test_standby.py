@@ -73,6 +73,20 @@ def test_a_sink_refuses_batches_from_an_older_epoch_in_their_transaction(target)
     assert epochs == [(1, 2)]
 
 
+def test_a_sinks_session_idle_inside_a_transaction_is_ended_by_the_server(target):  # noqa: F811
+    """A worker frozen mid-batch must not hold the progress row's lock against its successor."""
+    t = target()
+    conn = t.connect(autocommit=False)
+    try:
+        if isinstance(t, PgTarget):
+            shown = t.execute(conn, "SHOW idle_in_transaction_session_timeout")
+        else:
+            shown = t.execute(conn, "SELECT @@session.idle_transaction_timeout")
+        assert [str(v) for (v,) in shown] in (["10s"], ["10"])
+    finally:
+        conn.close()
+
+
 # ------------------------------------------------------------------ processes
 
 

@@ -28,6 +28,9 @@ from connectql.toolkit.envelope import DEADLETTER_ARROW, META_COLUMNS, UNCHANGED
 
 SEQ_COLUMN = "__cq_seq"  # a staged row's place in the batch: partition << 40 | row number
 PROGRESS_TABLE = "connectql_sink_progress"
+# a session idle this long inside a transaction is ended by the server: a worker frozen mid-batch
+# (SIGSTOP, a hung machine) must not hold the progress row's lock against the standby that took over
+IDLE_IN_TRANSACTION_S = 10
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import pymysql
 from pyspark.sql.types import BinaryType, StructType
 
 from connectql.connectors.dbsink import (
+    IDLE_IN_TRANSACTION_S,
     SEQ_COLUMN,
     DbStreamWriter,
     SinkSettings,
@@ -34,6 +35,8 @@ from connectql.connectors.dbsink import (
 from connectql.connectors.mysql.client import connect, quote
 from connectql.connectors.mysql.sinktypes import arrow_to_tsv, created_type, mysql_type
 from connectql.errors import PlanError
+
+UNKNOWN_VARIABLE = 1193  # MySQL: no idle_transaction_timeout
 
 # server errors that mean "the target refuses these rows" (a constraint, a value that does not
 # fit), named like PostgreSQL's error classes; every other error (connection lost, deadlock,
@@ -66,7 +69,14 @@ class MysqlTarget(Target):
     TABLE_OPTIONS = " ENGINE=InnoDB"
 
     def connect(self, autocommit: bool):
-        return connect(self.s.connection, autocommit=autocommit, local_infile=True)
+        conn = connect(self.s.connection, autocommit=autocommit, local_infile=True)
+        with conn.cursor() as cur:
+            try:  # MariaDB 10.3+; MySQL has no such bound (wait_timeout ends it, much later)
+                cur.execute(f"SET SESSION idle_transaction_timeout = {IDLE_IN_TRANSACTION_S}")
+            except pymysql.err.OperationalError as e:
+                if _code(e) != UNKNOWN_VARIABLE:
+                    raise
+        return conn
 
     def quote(self, name: str) -> str:
         return quote(name)

@@ -13,6 +13,7 @@ from pgpq import ArrowToPostgresBinaryEncoder
 from pyspark.sql.types import StructType
 
 from connectql.connectors.dbsink import (
+    IDLE_IN_TRANSACTION_S,
     SEQ_COLUMN,
     DbStreamWriter,
     Direct,
@@ -28,8 +29,6 @@ from connectql.errors import PlanError
 
 # what a target rejects row by row (constraint, type, length), as opposed to transient errors
 REJECTED = (psycopg.errors.DataError, psycopg.errors.IntegrityError)
-
-IDLE_IN_TRANSACTION_MS = 10_000
 
 
 def column_types(schema: StructType, where: str) -> dict[str, str]:
@@ -127,10 +126,7 @@ class PgTarget(Target):
 
     def connect(self, autocommit: bool):
         conn = connect(self.s.connection, autocommit=autocommit)
-        # a worker frozen inside a batch's transaction (SIGSTOP, a hung machine) would hold the
-        # progress row's lock, and the standby that took over would wait for it: the server
-        # ends such a session itself
-        conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
+        conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_S * 1000}")
         if not autocommit:
             conn.commit()
         return conn

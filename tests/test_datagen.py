@@ -297,6 +297,18 @@ def test_available_now_needs_rows_total():
         reader().prepareForTriggerAvailableNow()
 
 
+def test_the_plan_carries_lag_field_and_total_and_refuses_once_without_total():
+    from connectql.connectors import registry
+
+    plugin = registry.lookup("datagen", "source")
+    defaults = {k: o.default for k, o in plugin.source_options.items()}
+    plan = plugin.plan_source({**defaults, "rows.total": 25, "run": "once"})
+    assert (plan.format, plan.lag_field, plan.total_rows) == (FORMAT, "seq", 25)
+    assert plan.schema == schema_ddl(parse_fields(None))
+    with pytest.raises(ValidationError, match="run = 'once' needs rows.total"):
+        plugin.plan_source({**defaults, "run": "once"})
+
+
 def test_data_source_schema_and_name():
     source = ToolkitDataSource(spark_options(DatagenSource, {"fields": "a INT, b STRING"}, set()))
     assert ToolkitDataSource.name() == FORMAT == "connectql_toolkit"

@@ -6,7 +6,8 @@
    file sink, both hops `run = 'once'` (available-now):
    - connectql: a Worker in a fresh temporary home runs a CREATE SOURCE and a CREATE SINK
      statement, then `wait_for_once()`; timed from before the first statement to after the wait.
-   - baseline: the same source (`connectql_datagen`) and the same two hops written directly with
+   - baseline: the same source (DatagenSource through the toolkit's `connectql_toolkit` data
+     source) and the same two hops written directly with
      readStream / writeStream, trigger(availableNow=True) and awaitTermination.
    Both run in the same SparkSession (connectql.runtime.session.get_session), after a warm-up of
    WARMUP_ROWS through both paths (a session's first job runs 1.6-2.3x slower, NOTES.md); the
@@ -47,6 +48,9 @@ import duckdb
 from rich.console import Console
 from rich.table import Table
 
+from connectql.connectors.datagen import DatagenSource
+from connectql.toolkit.spark import FORMAT, spark_options
+
 THROUGHPUT_GOAL = 1.15  # connectql time / baseline time
 LATENCY_GOAL_S = 2.0  # first row after launch, beyond SparkSession start
 WARMUP_ROWS = 100_000
@@ -68,7 +72,10 @@ import sys, time
 from connectql.runtime.session import get_session
 spark = get_session()
 print("SESSION_READY", time.time(), flush=True)
-source = spark.readStream.format("connectql_datagen").option("rows.per.second", 1000).load()
+from connectql.connectors.datagen import DatagenSource
+from connectql.toolkit.spark import FORMAT, spark_options
+given = spark_options(DatagenSource, {"rows.per.second": 1000}, set())
+source = spark.readStream.format(FORMAT).options(**given).load()
 query = (
     source.writeStream.format("parquet").option("path", sys.argv[1])
     .option("checkpointLocation", sys.argv[2]).start()
@@ -213,12 +220,8 @@ def run_baseline(spark, n: int, tmp: Path, label: str) -> Run:
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
     stream, out = tmp / "stream", tmp / "out"
     t0 = time.perf_counter()
-    src = (
-        spark.readStream.format("connectql_datagen")
-        .option("rows.total", n)
-        .option("tasks.max", 2)
-        .load()
-    )
+    given = spark_options(DatagenSource, {"rows.total": n, "tasks.max": 2}, set())
+    src = spark.readStream.format(FORMAT).options(**given).load()
     error = run_once(src, stream, tmp / "cp_source")
     source_s = time.perf_counter() - t0
     sink = spark.readStream.schema(src.schema).parquet(str(stream))

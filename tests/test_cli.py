@@ -120,14 +120,16 @@ def test_quickstart_runs_to_the_end_and_ctrl_c_keeps_offsets(tmp_path):
 
     home = tmp_path / "h2"
     proc = run_in_background(tmp_path, home, LIVE.replace("200", "400"))
-    wait_until(
-        lambda: (read_parquet_rows(home / "streams/s") or [(0,)])[0][0] > 0,
-        timeout=120,
-        what="rows from the live connector",
-    )
-    time.sleep(1)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        wait_until(
+            lambda: (read_parquet_rows(home / "streams/s") or [(0,)])[0][0] > 0,
+            timeout=120,
+            what="rows from the live connector",
+        )
+        time.sleep(1)
+    finally:  # a failed wait leaves no worker behind
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert "stopping" in out
     before = read_parquet_rows(home / "streams/s")[0]

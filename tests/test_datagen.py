@@ -1,4 +1,5 @@
-"""The datagen source: fields spec, determinism, offsets and read limits, and a real Spark run."""
+"""The datagen source: fields spec, determinism, offsets and read limits (through the toolkit's
+stream reader, as Spark calls it), and a real Spark run."""
 
 from __future__ import annotations
 
@@ -8,20 +9,27 @@ import time
 import pyarrow as pa
 import pytest
 from pyspark.errors import StreamingQueryException
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from connectql.connectors.datagen import (
     BLOCK,
     OPTIONS,
-    DatagenDataSource,
-    DatagenStreamReader,
+    DatagenSource,
     Field,
-    SeqRange,
     parse_fields,
     read_settings,
     schema_ddl,
 )
 from connectql.errors import ValidationError
+from connectql.toolkit.spark import (
+    FORMAT,
+    MAX_RECORDS_KEY,
+    StreamReader,
+    ToolkitDataSource,
+    spark_options,
+)
 
 TS = 1_700_000_000_000
 ALL_TYPES = (
@@ -30,15 +38,21 @@ ALL_TYPES = (
 )
 
 
-def reader(**options) -> DatagenStreamReader:
-    return DatagenStreamReader(read_settings({k: str(v) for k, v in options.items()}))
+def reader(**options) -> StreamReader:
+    """The toolkit's stream reader around a datagen source, as Spark's driver and tasks use it."""
+    source = DatagenSource({k: str(v) for k, v in options.items()})
+    return StreamReader(source, from_arrow_schema(source.arrow_schema()), {})
 
 
-def rows(r: DatagenStreamReader, start: int, end: int, ts: int = TS) -> pa.Table:
-    return pa.Table.from_batches(list(r.read(SeqRange(start, end, ts))), r.arrow_schema)
+def seq_range(start: int, end: int, ts: int) -> InputPartition:
+    return InputPartition(json.dumps([start, end, ts]))
 
 
-def read_range(r: DatagenStreamReader, start: dict, end: dict) -> pa.Table:
+def rows(r: StreamReader, start: int, end: int, ts: int = TS) -> pa.Table:
+    return pa.Table.from_batches(list(r.read(seq_range(start, end, ts))), r.arrow_schema)
+
+
+def read_range(r: StreamReader, start: dict, end: dict) -> pa.Table:
     batches = [b for p in r.partitions(start, end) for b in r.read(p)]
     return pa.Table.from_batches(batches, r.arrow_schema)
 
@@ -156,7 +170,7 @@ def test_arrow_schema_matches_declared_types():
 
 def test_batches_are_at_most_one_block():
     r = reader()
-    sizes = [b.num_rows for b in r.read(SeqRange(BLOCK - 10, 2 * BLOCK + 10, TS))]
+    sizes = [b.num_rows for b in r.read(seq_range(BLOCK - 10, 2 * BLOCK + 10, TS))]
     assert sizes == [10, BLOCK, 10]
 
 
@@ -217,14 +231,25 @@ def test_unbounded_read_all_available_uses_rows_per_batch():
     assert r.reportLatestOffset() is None
 
 
+def test_batch_max_records_and_rows_per_batch_both_cap_a_batch():
+    source = DatagenSource({"rows.total": "100", "rows.per.batch": "30"})
+    struct = from_arrow_schema(source.arrow_schema())
+    start = {"seq": 0, "ts": 0}
+    smaller = StreamReader(source, struct, {MAX_RECORDS_KEY: "20"})
+    assert smaller.getDefaultReadLimit() == ReadMaxRows(20)
+    assert smaller.latestOffset(start, smaller.getDefaultReadLimit())["seq"] == 20
+    larger = StreamReader(source, struct, {MAX_RECORDS_KEY: "50"})
+    assert larger.latestOffset(start, larger.getDefaultReadLimit())["seq"] == 30
+
+
 def test_partitions_split_contiguously():
     r = reader(**{"tasks.max": 4})
     parts = r.partitions({"seq": 10, "ts": 0}, {"seq": 20, "ts": TS})
-    assert [(p.start, p.end, p.ts) for p in parts] == [
-        (10, 12, TS),
-        (12, 15, TS),
-        (15, 17, TS),
-        (17, 20, TS),
+    assert [json.loads(p.value) for p in parts] == [
+        [10, 12, TS],
+        [12, 15, TS],
+        [15, 17, TS],
+        [17, 20, TS],
     ]
     assert len(r.partitions({"seq": 10, "ts": 0}, {"seq": 12, "ts": TS})) == 2
     assert r.partitions({"seq": 10, "ts": 0}, {"seq": 10, "ts": 0}) == []
@@ -245,7 +270,7 @@ def test_pacing_by_wall_clock():
 def test_pacing_formula_with_a_fake_clock():
     r = reader(**{"rows.per.second": 10, "rows.total": 25})
     now = [100.0]
-    r.clock = lambda: now[0]
+    r.pacer.clock = lambda: now[0]
     start = {"seq": 4, "ts": 0}
     assert r.latestOffset(start, ReadMaxRows(100)) is start
     now[0] += 0.05
@@ -272,12 +297,24 @@ def test_available_now_needs_rows_total():
         reader().prepareForTriggerAvailableNow()
 
 
+def test_the_plan_carries_lag_field_and_total_and_refuses_once_without_total():
+    from connectql.connectors import registry
+
+    plugin = registry.lookup("datagen", "source")
+    defaults = {k: o.default for k, o in plugin.source_options.items()}
+    plan = plugin.plan_source({**defaults, "rows.total": 25, "run": "once"})
+    assert (plan.format, plan.lag_field, plan.total_rows) == (FORMAT, "seq", 25)
+    assert plan.schema == schema_ddl(parse_fields(None))
+    with pytest.raises(ValidationError, match="run = 'once' needs rows.total"):
+        plugin.plan_source({**defaults, "run": "once"})
+
+
 def test_data_source_schema_and_name():
-    source = DatagenDataSource({"fields": "a INT, b STRING"})
-    assert DatagenDataSource.name() == "connectql_datagen"
-    assert source.schema().simpleString() == "struct<a:int,b:string>"
-    with pytest.raises(ValidationError, match="differs"):
-        source.streamReader(DatagenDataSource({"fields": "a BIGINT"}).schema())
+    source = ToolkitDataSource(spark_options(DatagenSource, {"fields": "a INT, b STRING"}, set()))
+    assert ToolkitDataSource.name() == FORMAT == "connectql_toolkit"
+    assert source.schema() == "a INT, b STRING"
+    with pytest.raises(ValidationError, match="unknown type 'INTT'"):
+        ToolkitDataSource(spark_options(DatagenSource, {"fields": "a INTT"}, set())).schema()
 
 
 # --- Spark ---------------------------------------------------------------------------------
@@ -292,9 +329,7 @@ def spark():
 
 def run_once(spark, out, checkpoint, **options):
     """Run to the end with trigger(availableNow=True) (connectql's run = 'once')."""
-    stream = spark.readStream.format("connectql_datagen")
-    for key, value in options.items():
-        stream = stream.option(key, value)
+    stream = spark.readStream.format(FORMAT).options(**spark_options(DatagenSource, options, set()))
     query = (
         stream.load()
         .writeStream.format("parquet")
@@ -314,7 +349,8 @@ def test_spark_available_now_exactly_once(spark, tmp_path):
     assert query.exception() is None
     assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [400, 400, 200]
     df = spark.read.parquet(out)
-    assert df.schema == DatagenDataSource({}).schema()
+    shown = ", ".join(f"{f.name} {f.dataType.simpleString().upper()}" for f in df.schema)
+    assert shown == schema_ddl(parse_fields(None))
     assert df.count() == 1000
     assert sorted(r.id for r in df.select("id").collect()) == list(range(1000))
     again = run_once(spark, out, checkpoint, **options)

@@ -228,7 +228,7 @@ def test_explain_show_describe_and_drop(worker):
         "EXPLAIN CREATE SOURCE CONNECTOR g FROM datagen INTO s"
         " WITH ('rows.total' = 10, 'tasks.max' = 2)",
     )[0]
-    assert dict(plan.rows)["read"].startswith("format connectql_datagen")
+    assert dict(plan.rows)["read"].startswith("format connectql_toolkit")
     assert worker.catalog.connectors() == [] and worker.catalog.streams() == []
 
     run(

@@ -408,6 +408,7 @@ AUDIT = {
     "SET stall.timeout.ms": "test_options.py::test_worker_settings_are_the_default_of_connectors_that_do_not_set_them",
     "datagen source rows.total": "test_supervision.py::test_pause_keeps_the_offset_and_resume_delivers_the_rest",
     "datagen source rows.per.second": "test_datagen.py::test_pacing_by_wall_clock",
+    "datagen source batch.max.records": "test_datagen.py::test_batch_max_records_and_rows_per_batch_both_cap_a_batch",
     "datagen source rows.per.batch": "test_supervision.py::test_a_connector_without_progress_while_behind_is_stalled",
     "datagen source fields": "test_datagen.py::test_spec_keywords_case_defaults_and_quotes",
     "datagen source seed": "test_datagen.py::test_seed_changes_random_columns_only",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from connectql.errors import PermanentError
+from connectql.toolkit.spark import Pacer
 from connectql.toolkit.testing import SinkRun, SourceRun
 from tests.toolkit_connectors import Counter, JsonDir, written
 
@@ -51,3 +53,20 @@ def test_a_sink_writes_each_batch_once_across_a_stop_and_a_replayed_batch(spark,
     run.to_end()
     assert run.replay_last_batch() >= 1  # files 1 and 2 arrive in one or two batches
     assert sorted(r["id"] for r in written(out)) == list(range(9))
+
+
+def test_a_pace_needs_the_offset_key_that_counts_records():
+    class Unpaceable(Counter):
+        lag_field = None
+
+        def records_per_second(self):
+            return 10.0
+
+    with pytest.raises(PermanentError, match=r"records_per_second\(\) needs lag_field"):
+        Pacer.of(Unpaceable({"count": 5}))
+    paced = Pacer.of(type("Paced", (Unpaceable,), {"lag_field": "n"})({"count": 5}))
+    now = [0.0]
+    paced.clock = lambda: now[0]
+    assert paced.allowed({"n": 3}) == 0
+    now[0] = 0.45
+    assert paced.allowed({"n": 3}) == 4 and paced.allowed({"n": 5}) == 2

@@ -16,7 +16,8 @@ MAX_RECORDS = Option(
     "batch.max.records",
     "int",
     doc="at most this many records per micro-batch (a toolkit source's read limit, where the"
-    " source can cut its offsets); absent: everything available",
+    " source can cut its offsets); absent: the source's own limit (datagen's rows.per.batch),"
+    " else everything available",
 )
 
 
@@ -63,6 +64,8 @@ def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
     where = f"{connector.type} source"
     source = _call(where, connector.source, opts)
     _call(where, source.check)
+    if opts.get("run") == "once":
+        _call(where, source.available_now)
     schema = ddl(_call(where, source.schema))
     options = spark_options(connector.source, opts, _secret(connector.source.options))
     if opts.get("batch.max.records"):
@@ -73,6 +76,7 @@ def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
         options,
         schema=schema,
         lag_field=connector.source.lag_field,
+        total_rows=_call(where, source.total_records),
         secret_options=_hidden(options),
         corrupt_column=DEAD_LETTER_COLUMN if tolerant else None,
     )

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectql.connectors.options import Option
+from connectql.config import Option
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from connectql.connectors.options import Option
+from connectql.config import Option
 
 SOURCE_COMMON = {
     o.name: o

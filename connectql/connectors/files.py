@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from connectql.config import Option
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
-from connectql.connectors.options import Option
 from connectql.errors import ValidationError
 
 CORRUPT_COLUMN = "_corrupt_record"

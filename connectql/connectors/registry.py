@@ -18,8 +18,15 @@ GROUP = "connectql.connectors"
 # Types the language accepts today that later work will build (planning rejects them clearly).
 NOT_INSTALLED: dict[str, str] = {}
 ALIASES = {"mariadb": "mysql", "postgresql": "postgres"}
-# built-in connectors on the toolkit, as "module:OBJECT" naming a connectql.toolkit.Connector
-TOOLKIT_BUILTINS: tuple[str, ...] = ("connectql.connectors.s3:CONNECTOR",)
+# the built-in connectors, as "module:OBJECT" naming a connectql.toolkit.Connector (or, for
+# those not yet on the toolkit, a Plugin), in the order the README lists them
+BUILTINS: tuple[str, ...] = (
+    "connectql.connectors.datagen:CONNECTOR",
+    "connectql.connectors.files:PLUGIN",
+    "connectql.connectors.postgres:PLUGIN",
+    "connectql.connectors.mysql:PLUGIN",
+    "connectql.connectors.s3:CONNECTOR",
+)
 
 
 def plugins() -> dict[str, Plugin]:
@@ -44,12 +51,12 @@ def builtins() -> list[Plugin]:
 
 @cache
 def _found() -> tuple[dict[str, Plugin], list[Plugin]]:
-    from connectql.connectors import datagen, files, mysql, postgres
     from connectql.connectors.adapter import plugin_of
 
-    found = {p.type: p for p in (datagen.PLUGIN, files.PLUGIN, postgres.PLUGIN, mysql.PLUGIN)}
-    for spec in TOOLKIT_BUILTINS:
-        plugin = plugin_of(_load(spec))
+    found: dict[str, Plugin] = {}
+    for spec in BUILTINS:
+        value = _load(spec)
+        plugin = value if isinstance(value, Plugin) else plugin_of(value)
         found[plugin.type] = plugin
     refused: list[Plugin] = []
     for ep in sorted(entry_points(group=GROUP), key=lambda e: (e.name, _origin(e))):

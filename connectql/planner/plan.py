@@ -9,9 +9,9 @@ from typing import Any
 
 from connectql.catalog.redact import MASK
 from connectql.catalog.store import ConnectorEntry, StreamEntry, table_stream
+from connectql.config import duration_ms, is_secret_key, validate
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec, WriterSpec
-from connectql.connectors.options import duration_ms, is_secret_key, validate
 from connectql.errors import PlanError
 from connectql.planner.resolve import resolve
 from connectql.planner.transform import Transform, compile_select

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from connectql.connectors.options import REFERENCE, coerce, is_reference
+from connectql.config import REFERENCE, coerce, is_reference
 from connectql.errors import PlanError
 from connectql.grammar.ast import SecretRef
 

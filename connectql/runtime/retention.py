@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from connectql.catalog.streams import log_files
-from connectql.connectors.options import Option, duration_ms
+from connectql.config import Option, duration_ms
 from connectql.errors import ValidationError
 
 STREAM_OPTIONS = {

@@ -66,12 +66,11 @@ def _stderr_to(output: tuple[Path, Callable[[], Iterable[str]]] | None):
 
 def python_data_sources():
     """Every Python data source class connectql registers with Spark."""
-    from connectql.connectors.datagen import DatagenDataSource
     from connectql.connectors.mysql.datasource import MysqlDataSource
     from connectql.connectors.postgres.datasource import PostgresDataSource
     from connectql.toolkit.spark import ToolkitDataSource
 
-    return [DatagenDataSource, PostgresDataSource, MysqlDataSource, ToolkitDataSource]
+    return [PostgresDataSource, MysqlDataSource, ToolkitDataSource]
 
 
 def logging_settings(log_dir) -> dict[str, str]:

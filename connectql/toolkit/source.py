@@ -3,14 +3,19 @@
 A source lists its work as partitions between two offsets and reads one partition as Arrow
 record batches (or plain dicts). It needs no pyspark: the toolkit builds the Spark data source
 around it (connectql/toolkit/spark.py) and gives it available-now (`run = 'once'`), read limits,
-lag, retries of retryable errors and dead letters.
+pacing (records per second), lag, retries of retryable errors and dead letters.
 
 What is called when, and where:
 
 * On the driver (the worker process), at CREATE and at every start: ``Source(options)``, then
   ``check()`` and ``schema()``.
+* On the driver, at CREATE: ``total_records()`` (progress bars) and, with ``run = 'once'``,
+  ``available_now()``; the latter again when such a query starts.
 * On the driver, once per micro-batch: ``latest_offset(start)``, ``end_offset(start, latest,
   max_records)`` and ``partitions(start, end)``; after the batch is committed, ``commit(end)``.
+  ``max_records`` is the smallest of the read limit (``batch.max.records``, else
+  ``default_max_records()``) and, when ``records_per_second()`` paces the source, the records
+  the pace allows now. Spark shows ``reported_latest(latest)`` as the latest offset (the lag).
 * On an executor (a Python worker, possibly another process or machine): ``read(partition)``.
   The source object is pickled to get there: keep connections out of ``__init__`` and open
   them in ``read`` (or lazily).
@@ -53,7 +58,8 @@ class Source:
 
     #: the connector's own options (the common ones, run, tasks.max, errors.*, come for free)
     options: ClassVar[Sequence[Option]] = ()
-    #: a numeric key of the offset dict: lag = latest[lag_field] - end[lag_field]
+    #: a numeric key of the offset dict counting records: lag = latest[lag_field] -
+    #: end[lag_field]; pacing (records_per_second) counts records by it too
     lag_field: ClassVar[str | None] = None
     #: how often a call that raised Retryable is tried again, and the first wait (it doubles)
     retries: ClassVar[int] = 3
@@ -84,7 +90,34 @@ class Source:
 
     def end_offset(self, start: dict, latest: dict, max_records: int) -> dict:
         """Driver: an offset between `start` and `latest` at most `max_records` records after
-        `start` (the read limit, batch.max.records). Default: `latest` (no limit)."""
+        `start` (the read limit, batch.max.records, or the pace). Return `start` itself
+        when no record is left before `latest`. Default: `latest` (no limit)."""
+        return latest
+
+    def default_max_records(self) -> int | None:
+        """Driver: the read limit when batch.max.records is not given (e.g. from an option of
+        the source's own); None: everything available per micro-batch. Default: None."""
+        return None
+
+    def records_per_second(self) -> float | None:
+        """Driver: pace the source at this many records per second, counted by `lag_field`
+        from the first micro-batch of the query (a batch is cut to what the pace allows; with
+        run = 'once' the query waits for the pace instead of ending). Default: None (no pace)."""
+        return None
+
+    def available_now(self) -> None:
+        """Driver, at CREATE with run = 'once' and when such a query starts (it reads up to the
+        offset latest at its start, then stops): raise ValidationError when this source cannot
+        finish (e.g. unbounded work). Default: nothing to check."""
+
+    def total_records(self) -> int | None:
+        """Driver, at CREATE: how many records bounded work holds (progress bars); None: not
+        known. Default: None."""
+        return None
+
+    def reported_latest(self, latest: dict) -> dict | None:
+        """Driver: the latest offset to report, from which lag is computed; None: there is no
+        meaningful latest (an unbounded generator). Default: `latest`."""
         return latest
 
     def partitions(self, start: dict, end: dict) -> list[Any]:

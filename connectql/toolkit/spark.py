@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -112,16 +113,19 @@ class ToolkitDataSource(DataSource):
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """A Source as Spark's stream reader: read limits, available-now, retries, dead letters."""
+    """A Source as Spark's stream reader: read limits, pacing, available-now, retries, dead
+    letters."""
 
     def __init__(self, source: Source, schema: StructType, options):
         self.source = source
         self.arrow_schema = arrow_schema(schema)
-        self.max_records = int(options.get(MAX_RECORDS_KEY) or 0)
+        given = int(options.get(MAX_RECORDS_KEY) or 0)
+        self.max_records = given or source.default_max_records() or 0
         self.connector = options.get("connectql.connector") or type(source).__name__
         self.available_now = False
         self._target: dict | None = None  # available-now: the latest offset when it started
         self._latest: dict | None = None
+        self.pacer = Pacer.of(source)
 
     def initialOffset(self) -> dict:
         return retried(self.source, self.source.initial_offset)
@@ -130,6 +134,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self.source.available_now()
         self.available_now = True
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -139,12 +144,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.available_now:
                 self._target = latest
         self._latest = latest
-        if isinstance(limit, ReadMaxRows) and latest != start:
-            return self.source.end_offset(start, latest, int(limit.max_rows))
-        return latest
+        if latest == start:
+            return start
+        most = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None
+        if self.pacer is not None:
+            allowed = self.pacer.allowed(start)
+            while allowed < 1 and self.available_now and self._left(start, latest):
+                self.pacer.wait_for_one(start)  # ending now would end the run before its end
+                allowed = self.pacer.allowed(start)
+            if allowed < 1:
+                return start
+            most = allowed if most is None else min(most, allowed)
+        if most is None:
+            return latest
+        end = self.source.end_offset(start, latest, most)
+        return start if end == start else end
+
+    def _left(self, start: dict, latest: dict) -> bool:
+        return self.source.end_offset(start, latest, 1) != start
 
     def reportLatestOffset(self) -> dict | None:
-        return self._latest
+        return None if self._latest is None else self.source.reported_latest(self._latest)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         parts = retried(self.source, self.source.partitions, start, end)
@@ -175,6 +195,40 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         self.source.close()
+
+
+class Pacer:
+    """Records per second counted by the source's lag_field, from the first offset it saw."""
+
+    def __init__(self, rate: float, field: str):
+        self.rate, self.field = rate, field
+        self.clock = time.monotonic
+        self._anchor: tuple[float, int] | None = None  # (clock, position) at the first call
+
+    @classmethod
+    def of(cls, source: Source) -> Pacer | None:
+        rate = source.records_per_second()
+        if rate is None:
+            return None
+        if not source.lag_field:
+            raise PermanentError(
+                f"{type(source).__name__}: records_per_second() needs lag_field (the offset key"
+                " that counts records)"
+            )
+        return cls(float(rate), source.lag_field)
+
+    def allowed(self, start: dict) -> int:
+        """How many records after `start` the pace allows now (may be 0 or less)."""
+        now, position = self.clock(), int(start[self.field])
+        if self._anchor is None:
+            self._anchor = (now, position)
+        since, first = self._anchor
+        return first + math.floor((now - since) * self.rate) - position
+
+    def wait_for_one(self, start: dict) -> None:
+        since, first = self._anchor
+        due = since + (int(start[self.field]) + 1 - first) / self.rate
+        time.sleep(max(0.0, due - self.clock()) + 0.001)
 
 
 def _first_retried(source: Source, partition) -> Iterator[Any]:

@@ -321,3 +321,49 @@ def test_many_small_tables_snapshot_in_few_batches_each_row_once(worker, pg_logi
         60,
         what="a change after the snapshot",
     )
+
+
+# ------------------------------------------------------------------ one sink of several streams
+
+
+def test_one_sink_writes_each_stream_of_a_multi_table_source_into_its_own_table(
+    worker, pg_logical, cdc_dbs  # noqa: F811
+):
+    """streams = 'pg_*' into table = 'out_${table}': one query writes three tables' streams
+    (different columns, one keyless: appended) each into its table, snapshot and changes."""
+    (src, src_info), (dst, dst_info) = cdc_dbs
+    sql(src_info, "CREATE TABLE a (id int PRIMARY KEY, v text)")
+    sql(src_info, "CREATE TABLE b (k bigint, at date, amount numeric(10,2), PRIMARY KEY (k, at))")
+    sql(src_info, "CREATE TABLE c (n int, msg text)")
+    sql(src_info, "INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 500) g")
+    sql(src_info, "INSERT INTO b SELECT g, DATE '2024-01-01' + g, g / 4.0 FROM generate_series(1, 300) g")
+    sql(src_info, "INSERT INTO c SELECT g, 'c' || g FROM generate_series(1, 20) g")
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR three FROM postgres INTO pg WITH ({connection(pg_logical, src)},
+          table = 'a, b, c', 'batch.rows' = 400);
+        CREATE SINK CONNECTOR all_out TO postgres WITH ({connection(pg_logical, dst)},
+          streams = 'pg_*', table = 'out_${{table}}');
+        """,
+    )
+    entry = worker.catalog.get_connector("all_out")
+    assert entry.streams == ["pg_a", "pg_b", "pg_c"]
+    wait_until(lambda: streaming(worker, "three"), timeout=120, what="the snapshots to end")
+    sql(src_info, "UPDATE a SET v = 'changed' WHERE id <= 10")
+    sql(src_info, "DELETE FROM a WHERE id > 490")
+    sql(src_info, "UPDATE b SET amount = -1 WHERE k % 50 = 0")
+    sql(src_info, "INSERT INTO c VALUES (21, 'late')")
+    for table, cols in (("a", "id, v"), ("b", "k, at, amount"), ("c", "n, msg")):
+        want = sql(src_info, f"SELECT {cols} FROM {table} ORDER BY 1, 2")
+        query = f"SELECT {cols} FROM out_{table} ORDER BY 1, 2"
+        wait_until(
+            lambda q=query, w=want: pg_rows(dst_info, q) == w,
+            timeout=120,
+            what=f"out_{table} equal to {table}",
+            diagnose=lambda q=query: (pg_rows(dst_info, q) or [])[:5],
+        )
+    plan = dict(run(worker, "EXPLAIN CREATE SINK CONNECTOR x TO postgres WITH ("
+                    f"{connection(pg_logical, dst)}, streams = 'pg_a, pg_c', table = '${{stream}}')")[0].rows)
+    assert plan["read"].startswith("format connectql_streams"), plan["read"]
+    assert "pg_c" in plan["write"] and "pg_b" not in plan["write"], plan["write"]

@@ -69,9 +69,16 @@ def python_data_sources():
     from connectql.connectors.datagen import DatagenDataSource
     from connectql.connectors.mysql.datasource import MysqlDataSource
     from connectql.connectors.postgres.datasource import PostgresDataSource
+    from connectql.connectors.streamsread import StreamsDataSource
     from connectql.toolkit.spark import ToolkitDataSource
 
-    return [DatagenDataSource, PostgresDataSource, MysqlDataSource, ToolkitDataSource]
+    return [
+        DatagenDataSource,
+        PostgresDataSource,
+        MysqlDataSource,
+        ToolkitDataSource,
+        StreamsDataSource,
+    ]
 
 
 def logging_settings(log_dir) -> dict[str, str]:

@@ -16,7 +16,7 @@ from connectql.catalog import states
 from connectql.catalog.query import run_select
 from connectql.catalog.redact import redact_value, scrub
 from connectql.catalog.secrets import SecretStore
-from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
+from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry, table_stream
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.declared import field_ddl
@@ -328,7 +328,7 @@ class Worker:
             type=plan.type,
             stream=plan.stream,
             tasks=plan.tasks,
-            tables=tuple(plan.table_paths),
+            tables=tuple(plan.table_paths) or plan.inputs,
         )
         try:
             self.catalog.add_connector(entry)
@@ -364,7 +364,14 @@ class Worker:
             self.catalog.remove_stream(stream)
 
     def _context(self) -> PlanContext:
-        return PlanContext(self.home, {s.name: s for s in self.catalog.streams()}, self.secrets)
+        carried = {
+            table_stream(e.stream, t): t
+            for e in self.catalog.connectors()
+            if e.kind == "source" and e.stream
+            for t in e.tables
+        }
+        streams = {s.name: s for s in self.catalog.streams()}
+        return PlanContext(self.home, streams, self.secrets, carried)
 
     def _plan(self, entry: ConnectorEntry) -> Plan:
         return build_plan(entry, self._context())

@@ -71,10 +71,13 @@ def _ready(t: Target) -> None:
 
 
 def _each(action, items) -> None:
-    """`action` on each item, a few at a time (each target has its own connection)."""
+    """`action` on each item, a few at a time (each target has its own connection); the first
+    alone, so that what the targets share (the progress table) is made once, not raced."""
     items = list(items)
-    with ThreadPoolExecutor(min(THREADS, max(1, len(items)))) as pool:
-        list(pool.map(action, items))
+    if items:
+        action(items[0])
+    with ThreadPoolExecutor(min(THREADS, max(1, len(items) - 1))) as pool:
+        list(pool.map(action, items[1:]))
 
 
 def _by_stream(messages) -> dict[str, list[Staged]]:

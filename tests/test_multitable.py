@@ -327,7 +327,9 @@ def test_many_small_tables_snapshot_in_few_batches_each_row_once(worker, pg_logi
 
 
 def test_one_sink_writes_each_stream_of_a_multi_table_source_into_its_own_table(
-    worker, pg_logical, cdc_dbs  # noqa: F811
+    worker,
+    pg_logical,
+    cdc_dbs,  # noqa: F811
 ):
     """streams = 'pg_*' into table = 'out_${table}': one query writes three tables' streams
     (different columns, one keyless: appended) each into its table, snapshot and changes."""
@@ -336,7 +338,10 @@ def test_one_sink_writes_each_stream_of_a_multi_table_source_into_its_own_table(
     sql(src_info, "CREATE TABLE b (k bigint, at date, amount numeric(10,2), PRIMARY KEY (k, at))")
     sql(src_info, "CREATE TABLE c (n int, msg text)")
     sql(src_info, "INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 500) g")
-    sql(src_info, "INSERT INTO b SELECT g, DATE '2024-01-01' + g, g / 4.0 FROM generate_series(1, 300) g")
+    sql(
+        src_info,
+        "INSERT INTO b SELECT g, DATE '2024-01-01' + g, g / 4.0 FROM generate_series(1, 300) g",
+    )
     sql(src_info, "INSERT INTO c SELECT g, 'c' || g FROM generate_series(1, 20) g")
     run(
         worker,
@@ -363,7 +368,60 @@ def test_one_sink_writes_each_stream_of_a_multi_table_source_into_its_own_table(
             what=f"out_{table} equal to {table}",
             diagnose=lambda q=query: (pg_rows(dst_info, q) or [])[:5],
         )
-    plan = dict(run(worker, "EXPLAIN CREATE SINK CONNECTOR x TO postgres WITH ("
-                    f"{connection(pg_logical, dst)}, streams = 'pg_a, pg_c', table = '${{stream}}')")[0].rows)
+    plan = dict(
+        run(
+            worker,
+            "EXPLAIN CREATE SINK CONNECTOR x TO postgres WITH ("
+            f"{connection(pg_logical, dst)}, streams = 'pg_a, pg_c', table = '${{stream}}')",
+        )[0].rows
+    )
     assert plan["read"].startswith("format connectql_streams"), plan["read"]
     assert "pg_c" in plan["write"] and "pg_b" not in plan["write"], plan["write"]
+
+
+def test_a_value_a_snapshot_cannot_read_leaves_the_other_tables_flowing(
+    worker,
+    pg_logical,
+    cdc_dbs,  # noqa: F811
+):
+    """errors.tolerance = 'all': a table whose snapshot holds a value past DECIMAL(38,18) sends
+    that range to the dead-letter stream, naming the table; the other tables (read before and
+    after it, in the same batches) are whole, and its later changes still flow."""
+    (src, src_info), _dst = cdc_dbs
+    sql(src_info, "CREATE TABLE p1 (id int PRIMARY KEY, v text)")
+    sql(src_info, "CREATE TABLE p2 (id int PRIMARY KEY, n numeric)")
+    sql(src_info, "CREATE TABLE p3 (id int PRIMARY KEY, v text)")
+    sql(src_info, "INSERT INTO p1 SELECT g, 'a' || g FROM generate_series(1, 40) g")
+    sql(src_info, "INSERT INTO p2 VALUES (1, 1.5), (2, 123456789012345678901234567890), (3, 2)")
+    sql(src_info, "INSERT INTO p3 SELECT g, 'c' || g FROM generate_series(1, 30) g")
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR poison FROM postgres INTO pp WITH ({connection(pg_logical, src)},
+          table = 'p*', 'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'pp_dead');
+        """,
+    )
+    count = "SELECT count(*), count(DISTINCT id) FROM t WHERE __op = 'r'"
+    wait_until(
+        lambda: (
+            [stream_rows(worker, s, count) for s in ("pp_p1", "pp_p3")] == [[(40, 40)], [(30, 30)]]
+        ),
+        timeout=120,
+        what="the snapshots of p1 and p3",
+        diagnose=lambda: worker.catalog.get_connector("poison").last_error,
+    )
+    dead = stream_rows(worker, "pp_dead", "SELECT source_offset, error_message FROM t")
+    assert len(dead) == 1 and '"table": "p2"' in dead[0][0], dead
+    assert "table p2" in dead[0][1], dead
+    sql(src_info, "INSERT INTO p2 VALUES (4, 4.25)")
+    sql(src_info, "INSERT INTO p3 VALUES (31, 'late')")
+    wait_until(
+        lambda: (
+            stream_rows(worker, "pp_p2", "SELECT n FROM t WHERE __op = 'c'") is not None
+            and len(stream_rows(worker, "pp_p2", "SELECT n FROM t WHERE __op = 'c'")) == 1
+            and stream_rows(worker, "pp_p3", "SELECT v FROM t WHERE __op = 'c'") == [("late",)]
+        ),
+        timeout=90,
+        what="changes of p2 and p3 after the snapshot",
+    )
+    assert worker.catalog.get_connector("poison").state == "RUNNING"

@@ -90,7 +90,9 @@ def _by_stream(messages) -> dict[str, list[Staged]]:
 
 def _rows(batches) -> Iterator[tuple[str, bytes]]:
     for rb in batches:
-        yield from zip(rb.column(STREAM_COLUMN).to_pylist(), rb.column(ROWS_COLUMN).to_pylist())
+        yield from zip(
+            rb.column(STREAM_COLUMN).to_pylist(), rb.column(ROWS_COLUMN).to_pylist(), strict=True
+        )
 
 
 def _decoded(blobs, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -99,7 +101,8 @@ def _decoded(blobs, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     for blob in blobs:
         rows = pa.ipc.open_stream(blob).read_all()
         arrays = [
-            rows.column(f.name).cast(f.type) if f.name in rows.column_names
+            rows.column(f.name).cast(f.type)
+            if f.name in rows.column_names
             else pa.nulls(rows.num_rows, f.type)
             for f in schema
         ]

@@ -31,7 +31,10 @@ log = logging.getLogger("connectql.connectors")
 
 def latest_log(stream_path: str) -> int:
     """The id of the stream's newest log batch (-1: none yet)."""
-    ids = [int(f.name.removesuffix(".compact")) for f in log_files(Path(stream_path) / "_spark_metadata")]
+    ids = [
+        int(f.name.removesuffix(".compact"))
+        for f in log_files(Path(stream_path) / "_spark_metadata")
+    ]
     return max(ids, default=-1)
 
 
@@ -46,7 +49,9 @@ def files_upto(stream_path: str, upto: int) -> list[str] | None:
         stem = f.name.removesuffix(".compact")
         if stem.isdigit() and not f.name.startswith("."):
             logs[int(stem)] = f
-    base = max((n for n, f in logs.items() if n <= upto and f.name.endswith(".compact")), default=-1)
+    base = max(
+        (n for n, f in logs.items() if n <= upto and f.name.endswith(".compact")), default=-1
+    )
     wanted = range(max(base, 0), upto + 1)
     if any(n not in logs for n in wanted):
         return None

@@ -9,7 +9,7 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
-from connectql.connectors.base import ReaderSpec, WriterSpec
+from connectql.connectors.base import ReaderSpec
 from connectql.connectors.multitable import matching, patterns
 from connectql.connectors.routed import ROUTES_OPTION, _each
 from connectql.connectors.streamsread import FORMAT, SCHEMA, STREAMS_OPTION

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 import duckdb
 import pyarrow as pa
@@ -14,9 +15,15 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors import multitable
 from connectql.errors import ConnectQLError, PlanError
-from tests.helpers import read_parquet_rows, run, wait_until
-from tests.mariadbserver import mariadb_binlog  # noqa: F401 (fixture)
+from tests.helpers import read_parquet_rows, replay_last_batch, run, wait_until
+from tests.mariadbserver import (
+    create_database,
+    mariadb_binlog,  # noqa: F401 (fixture)
+)
 from tests.test_mysql import binlog_db, pg_db, pg_rows, streaming  # noqa: F401 (fixtures)
+from tests.test_mysql_sink import connection as my_connection
+from tests.test_mysql_sink import server
+from tests.test_mysql_sink import sql as my_sql
 from tests.test_postgres import cdc_dbs, connection, db, sql  # noqa: F401 (fixtures)
 
 # ------------------------------------------------------------------ the pieces, without servers
@@ -425,3 +432,45 @@ def test_a_value_a_snapshot_cannot_read_leaves_the_other_tables_flowing(
         what="changes of p2 and p3 after the snapshot",
     )
     assert worker.catalog.get_connector("poison").state == "RUNNING"
+
+
+def test_a_wide_union_schema_takes_fewer_rows_per_snapshot_batch():
+    from connectql.connectors.tablereader import BATCH_CELLS, wide_batch_rows
+
+    assert wide_batch_rows(100_000, 1_101) == 18_165  # 100 tables: 10,000 rows still in one
+    assert wide_batch_rows(100_000, 6_006) == BATCH_CELLS // 6_006 < 100_000 // 20
+    assert wide_batch_rows(300, 66) == 300
+    assert wide_batch_rows(10, 10**9) == 1
+
+
+def test_one_mysql_sink_of_several_streams(spark, home):
+    """Two streams (other columns each) into one MariaDB sink (streams = 'g_*', table =
+    't_${stream}', run = 'once'); its last batch replayed (a crash between the targets' commits
+    and Spark's commit log) writes no row twice in either table."""
+    name = f"cq_{uuid.uuid4().hex[:8]}"
+    with server() as conn:
+        create_database(conn, name)
+    try:
+        script = f"""
+            CREATE SOURCE CONNECTOR IF NOT EXISTS ga FROM datagen INTO g_a WITH (
+              'rows.total' = 700, run = 'once', fields = 'id BIGINT SEQUENCE, v INT RANDOM(1, 9)');
+            CREATE SOURCE CONNECTOR IF NOT EXISTS gb FROM datagen INTO g_b WITH (
+              'rows.total' = 300, run = 'once', seed = 4,
+              fields = "k BIGINT SEQUENCE, tag STRING CHOICE('x', 'y')");
+            CREATE SINK CONNECTOR IF NOT EXISTS both_out TO mysql WITH ({my_connection(name)},
+              streams = 'g_*', table = 't_${{stream}}', run = 'once');
+        """
+        replay_last_batch(home, script, "both_out")
+        want_a = read_parquet_rows(home / "streams/g_a", "SELECT count(*), sum(id * v) FROM t")
+        want_b = read_parquet_rows(
+            home / "streams/g_b", "SELECT count(*), sum(CASE tag WHEN 'x' THEN k END) FROM t"
+        )
+        assert want_a[0][0] == 700 and want_b[0][0] == 300
+        got_a = my_sql(name, "SELECT count(*), count(DISTINCT id), sum(id * v) FROM t_g_a")
+        assert got_a == [(700, 700, want_a[0][1])]
+        got_b = my_sql(name, "SELECT count(*), sum(CASE tag WHEN 'x' THEN k END) FROM t_g_b")
+        assert [(n, int(s)) for n, s in got_b] == [(300, want_b[0][1])]
+        assert my_sql(name, "SELECT count(*) FROM connectql_sink_progress") == [(2,)]
+    finally:
+        with server() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")

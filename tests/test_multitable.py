@@ -383,6 +383,7 @@ def test_one_sink_writes_each_stream_of_a_multi_table_source_into_its_own_table(
         )[0].rows
     )
     assert plan["read"].startswith("format connectql_streams"), plan["read"]
+    assert plan["streams"] == "pg_a, pg_c"
     assert "pg_c" in plan["write"] and "pg_b" not in plan["write"], plan["write"]
 
 

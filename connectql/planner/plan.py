@@ -81,6 +81,8 @@ class Plan:
                     ),
                 )
             )
+        if self.inputs:
+            rows.append(("streams", ", ".join(self.inputs)))
         rows += [
             ("write", _spec_text(self.writer)),
             ("checkpoint", self.checkpoint),

@@ -418,7 +418,11 @@ def test_a_value_a_snapshot_cannot_read_leaves_the_other_tables_flowing(
         what="the snapshots of p1 and p3",
         diagnose=lambda: worker.catalog.get_connector("poison").last_error,
     )
-    dead = stream_rows(worker, "pp_dead", "SELECT source_offset, error_message FROM t")
+    dead = wait_until(  # the batch's dead letters are committed after its tables' streams
+        lambda: stream_rows(worker, "pp_dead", "SELECT source_offset, error_message FROM t"),
+        timeout=30,
+        what="the dead letter of p2",
+    )
     assert len(dead) == 1 and '"table": "p2"' in dead[0][0], dead
     assert "table p2" in dead[0][1], dead
     sql(src_info, "INSERT INTO p2 VALUES (4, 4.25)")

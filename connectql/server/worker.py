@@ -466,7 +466,7 @@ class Worker:
             return False
         self.catalog.set_state(name, states.STARTING, reason)
         if plan.kind == "sink" and plan.run == "once":
-            self._wait_for_feeders(plan.stream)
+            self._wait_for_feeders(plan.streams)
         self.engine.start(plan)
         self.supervisor.started(name)
         with self.catalog.lock:  # a once-query may have finished already
@@ -490,11 +490,11 @@ class Worker:
             schema = schema_ddl(union_schema(parts))
         return replace(plan, reader=replace(plan.reader, schema=schema))
 
-    def _wait_for_feeders(self, stream: str) -> None:
+    def _wait_for_feeders(self, streams: list[str]) -> None:
         feeders = [
             n
             for n, p in list(self.engine.plans.items())
-            if p.kind == "source" and stream in p.streams and p.run == "once"
+            if p.kind == "source" and set(streams) & set(p.streams) and p.run == "once"
         ]
         self.wait_for_once(feeders)
 

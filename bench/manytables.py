@@ -2,7 +2,7 @@
 from CREATE on a warm worker until every table's snapshot is in its stream, each table checked
 by value.
 
-    .venv/bin/python -m bench.manytables [--tables 100] [--rows 100] [--sinks] [--keep]
+    .venv/bin/python -m bench.manytables [--tables 100] [--rows 100] [--sinks [one|each]] [--keep]
 
 Servers: bench.mysql.Servers (a private MariaDB and PostgreSQL). Each database gets N tables
 `m0000`... of the bulk bench's columns (bigint key, int, decimal, two varchars with NULL, '',
@@ -12,7 +12,8 @@ the same worker so that Spark's Python workers are up. Then, per database: `CREA
 CONNECTOR ... WITH (table = 'm*')` (cdc), timed until the committed files of all N streams
 (`<stream>_m0000`, ...) hold --rows rows each; then every stream's rows are compared with its
 table's, row by row (decimals as Decimal, timestamps as UTC wall time). With --sinks, the same
-script also creates one PostgreSQL upsert sink per table, and the time until every target's
+script also creates one PostgreSQL upsert sink of all N streams (`streams = '<stream>_m*'`,
+`table = '${table}'`; `--sinks each`: one sink per table instead), and the time until every target's
 count and MD5 checksum (bench.mysql's) equals its source table's is reported as well.
 Timings are reported, never judged; the exit status is 1 when a check failed."""
 
@@ -154,7 +155,12 @@ def source_sql(name: str, kind: str, conn: str, pattern: str, stream: str) -> st
     )
 
 
-def sinks_sql(stream: str, names: list[str], conn: str) -> str:
+def sinks_sql(stream: str, names: list[str], conn: str, how: str) -> str:
+    if how == "one":
+        return (
+            f"CREATE SINK CONNECTOR {stream}_dst TO postgres WITH ({conn},"
+            f" streams = '{stream}_m*', table = '${{table}}');\n"
+        )
     return "".join(
         f"CREATE SINK CONNECTOR {stream}_{t}_dst TO postgres FROM {stream}_{t} WITH ({conn},"
         f" table = '{t}');\n"
@@ -188,7 +194,7 @@ def run_one(cq, srv, label, kind, conn, names, rows, source_rows, sums, args, ho
         from tests.pgserver import create_database
 
         dst_info = create_database(srv.pg.conninfo(), f"{label}_dst")
-        script += sinks_sql(label, names, srv.pg_options(f"{label}_dst"))
+        script += sinks_sql(label, names, srv.pg_options(f"{label}_dst"), args.sinks)
     streams = {t: home / "streams" / f"{label}_{t}" for t in names}
     start_load = load()
     t0_wall, t0 = time.time(), time.perf_counter()
@@ -205,7 +211,8 @@ def run_one(cq, srv, label, kind, conn, names, rows, source_rows, sums, args, ho
     if args.sinks:
         targets = wait_targets(srv, dst_info, names, sums, args.timeout, t0)
         text = f"{targets:.1f}" if targets else f"not done in {args.timeout:.0f} s"
-        out.append((label, "in the targets", text, "OK" if targets else "FAIL", load()))
+        what = f"in the targets ({'one sink' if args.sinks == 'one' else 'a sink per table'})"
+        out.append((label, what, text, "OK" if targets else "FAIL", load()))
     return out
 
 
@@ -213,7 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.manytables", description=__doc__.splitlines()[0])
     p.add_argument("--tables", type=int, default=100)
     p.add_argument("--rows", type=int, default=100)
-    p.add_argument("--sinks", action="store_true", help="a PostgreSQL sink per table as well")
+    p.add_argument(
+        "--sinks",
+        nargs="?",
+        const="one",
+        choices=("one", "each"),
+        help="PostgreSQL targets as well: one sink of all the streams (one), or one per table",
+    )
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--keep", action="store_true")
     args = p.parse_args(argv)

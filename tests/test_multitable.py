@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 import duckdb
 import pyarrow as pa
@@ -14,9 +15,15 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors import multitable
 from connectql.errors import ConnectQLError, PlanError
-from tests.helpers import read_parquet_rows, run, wait_until
-from tests.mariadbserver import mariadb_binlog  # noqa: F401 (fixture)
+from tests.helpers import read_parquet_rows, replay_last_batch, run, wait_until
+from tests.mariadbserver import (
+    create_database,
+    mariadb_binlog,  # noqa: F401 (fixture)
+)
 from tests.test_mysql import binlog_db, pg_db, pg_rows, streaming  # noqa: F401 (fixtures)
+from tests.test_mysql_sink import connection as my_connection
+from tests.test_mysql_sink import server
+from tests.test_mysql_sink import sql as my_sql
 from tests.test_postgres import cdc_dbs, connection, db, sql  # noqa: F401 (fixtures)
 
 # ------------------------------------------------------------------ the pieces, without servers
@@ -321,3 +328,154 @@ def test_many_small_tables_snapshot_in_few_batches_each_row_once(worker, pg_logi
         60,
         what="a change after the snapshot",
     )
+
+
+# ------------------------------------------------------------------ one sink of several streams
+
+
+def test_one_sink_writes_each_stream_of_a_multi_table_source_into_its_own_table(
+    worker,
+    pg_logical,
+    cdc_dbs,  # noqa: F811
+):
+    """streams = 'pg_*' into table = 'out_${table}': one query writes three tables' streams
+    (different columns, one keyless: appended) each into its table, snapshot and changes."""
+    (src, src_info), (dst, dst_info) = cdc_dbs
+    sql(src_info, "CREATE TABLE a (id int PRIMARY KEY, v text)")
+    sql(src_info, "CREATE TABLE b (k bigint, at date, amount numeric(10,2), PRIMARY KEY (k, at))")
+    sql(src_info, "CREATE TABLE c (n int, msg text)")
+    sql(src_info, "INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 500) g")
+    sql(
+        src_info,
+        "INSERT INTO b SELECT g, DATE '2024-01-01' + g, g / 4.0 FROM generate_series(1, 300) g",
+    )
+    sql(src_info, "INSERT INTO c SELECT g, 'c' || g FROM generate_series(1, 20) g")
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR three FROM postgres INTO pg WITH ({connection(pg_logical, src)},
+          table = 'a, b, c', 'batch.rows' = 400);
+        CREATE SINK CONNECTOR all_out TO postgres WITH ({connection(pg_logical, dst)},
+          streams = 'pg_*', table = 'out_${{table}}');
+        """,
+    )
+    entry = worker.catalog.get_connector("all_out")
+    assert entry.streams == ["pg_a", "pg_b", "pg_c"]
+    wait_until(lambda: streaming(worker, "three"), timeout=120, what="the snapshots to end")
+    sql(src_info, "UPDATE a SET v = 'changed' WHERE id <= 10")
+    sql(src_info, "DELETE FROM a WHERE id > 490")
+    sql(src_info, "UPDATE b SET amount = -1 WHERE k % 50 = 0")
+    sql(src_info, "INSERT INTO c VALUES (21, 'late')")
+    for table, cols in (("a", "id, v"), ("b", "k, at, amount"), ("c", "n, msg")):
+        want = sql(src_info, f"SELECT {cols} FROM {table} ORDER BY 1, 2")
+        query = f"SELECT {cols} FROM out_{table} ORDER BY 1, 2"
+        wait_until(
+            lambda q=query, w=want: pg_rows(dst_info, q) == w,
+            timeout=120,
+            what=f"out_{table} equal to {table}",
+            diagnose=lambda q=query: (pg_rows(dst_info, q) or [])[:5],
+        )
+    plan = dict(
+        run(
+            worker,
+            "EXPLAIN CREATE SINK CONNECTOR x TO postgres WITH ("
+            f"{connection(pg_logical, dst)}, streams = 'pg_a, pg_c', table = '${{stream}}')",
+        )[0].rows
+    )
+    assert plan["read"].startswith("format connectql_streams"), plan["read"]
+    assert plan["streams"] == "pg_a, pg_c"
+    assert "pg_c" in plan["write"] and "pg_b" not in plan["write"], plan["write"]
+
+
+def test_a_value_a_snapshot_cannot_read_leaves_the_other_tables_flowing(
+    worker,
+    pg_logical,
+    cdc_dbs,  # noqa: F811
+):
+    """errors.tolerance = 'all': a table whose snapshot holds a value past DECIMAL(38,18) sends
+    that range to the dead-letter stream, naming the table; the other tables (read before and
+    after it, in the same batches) are whole, and its later changes still flow."""
+    (src, src_info), _dst = cdc_dbs
+    sql(src_info, "CREATE TABLE p1 (id int PRIMARY KEY, v text)")
+    sql(src_info, "CREATE TABLE p2 (id int PRIMARY KEY, n numeric)")
+    sql(src_info, "CREATE TABLE p3 (id int PRIMARY KEY, v text)")
+    sql(src_info, "INSERT INTO p1 SELECT g, 'a' || g FROM generate_series(1, 40) g")
+    sql(src_info, "INSERT INTO p2 VALUES (1, 1.5), (2, 123456789012345678901234567890), (3, 2)")
+    sql(src_info, "INSERT INTO p3 SELECT g, 'c' || g FROM generate_series(1, 30) g")
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR poison FROM postgres INTO pp WITH ({connection(pg_logical, src)},
+          table = 'p*', 'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'pp_dead');
+        """,
+    )
+    count = "SELECT count(*), count(DISTINCT id) FROM t WHERE __op = 'r'"
+    wait_until(
+        lambda: (
+            [stream_rows(worker, s, count) for s in ("pp_p1", "pp_p3")] == [[(40, 40)], [(30, 30)]]
+        ),
+        timeout=120,
+        what="the snapshots of p1 and p3",
+        diagnose=lambda: worker.catalog.get_connector("poison").last_error,
+    )
+    dead = wait_until(  # the batch's dead letters are committed after its tables' streams
+        lambda: stream_rows(worker, "pp_dead", "SELECT source_offset, error_message FROM t"),
+        timeout=30,
+        what="the dead letter of p2",
+    )
+    assert len(dead) == 1 and json.loads(dead[0][0])["table"] == "p2", dead
+    assert "table p2" in dead[0][1], dead
+    sql(src_info, "INSERT INTO p2 VALUES (4, 4.25)")
+    sql(src_info, "INSERT INTO p3 VALUES (31, 'late')")
+    wait_until(
+        lambda: (
+            stream_rows(worker, "pp_p2", "SELECT n FROM t WHERE __op = 'c'") is not None
+            and len(stream_rows(worker, "pp_p2", "SELECT n FROM t WHERE __op = 'c'")) == 1
+            and stream_rows(worker, "pp_p3", "SELECT v FROM t WHERE __op = 'c'") == [("late",)]
+        ),
+        timeout=90,
+        what="changes of p2 and p3 after the snapshot",
+    )
+    assert worker.catalog.get_connector("poison").state == "RUNNING"
+
+
+def test_a_wide_union_schema_takes_fewer_rows_per_snapshot_batch():
+    from connectql.connectors.tablereader import BATCH_CELLS, wide_batch_rows
+
+    assert wide_batch_rows(100_000, 1_101) == 18_165  # 100 tables: 10,000 rows still in one
+    assert wide_batch_rows(100_000, 6_006) == BATCH_CELLS // 6_006 < 100_000 // 20
+    assert wide_batch_rows(300, 66) == 300
+    assert wide_batch_rows(10, 10**9) == 1
+
+
+def test_one_mysql_sink_of_several_streams(spark, home):
+    """Two streams (other columns each) into one MariaDB sink (streams = 'g_*', table =
+    't_${stream}', run = 'once'); its last batch replayed (a crash between the targets' commits
+    and Spark's commit log) writes no row twice in either table."""
+    name = f"cq_{uuid.uuid4().hex[:8]}"
+    with server() as conn:
+        create_database(conn, name)
+    try:
+        script = f"""
+            CREATE SOURCE CONNECTOR IF NOT EXISTS ga FROM datagen INTO g_a WITH (
+              'rows.total' = 700, run = 'once', fields = 'id BIGINT SEQUENCE, v INT RANDOM(1, 9)');
+            CREATE SOURCE CONNECTOR IF NOT EXISTS gb FROM datagen INTO g_b WITH (
+              'rows.total' = 300, run = 'once', seed = 4,
+              fields = "k BIGINT SEQUENCE, tag STRING CHOICE('x', 'y')");
+            CREATE SINK CONNECTOR IF NOT EXISTS both_out TO mysql WITH ({my_connection(name)},
+              streams = 'g_*', table = 't_${{stream}}', run = 'once');
+        """
+        replay_last_batch(home, script, "both_out")
+        want_a = read_parquet_rows(home / "streams/g_a", "SELECT count(*), sum(id * v) FROM t")
+        want_b = read_parquet_rows(
+            home / "streams/g_b", "SELECT count(*), sum(CASE tag WHEN 'x' THEN k END) FROM t"
+        )
+        assert want_a[0][0] == 700 and want_b[0][0] == 300
+        got_a = my_sql(name, "SELECT count(*), count(DISTINCT id), sum(id * v) FROM t_g_a")
+        assert got_a == [(700, 700, want_a[0][1])]
+        got_b = my_sql(name, "SELECT count(*), sum(CASE tag WHEN 'x' THEN k END) FROM t_g_b")
+        assert [(n, int(s)) for n, s in got_b] == [(300, want_b[0][1])]
+        assert my_sql(name, "SELECT count(*) FROM connectql_sink_progress") == [(2,)]
+    finally:
+        with server() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")

@@ -500,6 +500,8 @@ AUDIT = {
     "mysql sink auto.create": "test_mysql_sink.py::test_sink_errors_are_named_at_create",
     "mysql sink auto.evolve": "test_mysql_sink.py::test_sink_errors_are_named_at_create",
     "mysql sink delete.enabled": "test_options.py::test_sink_refusals_and_alter_initial_state",
+    "postgres sink streams": "test_multitable.py::test_one_sink_writes_each_stream_of_a_multi_table_source_into_its_own_table",
+    "mysql sink streams": "test_multitable.py::test_one_mysql_sink_of_several_streams",
 }
 # declared options no test observes yet, each with why: the next work on them adds the test
 # and moves the row to AUDIT

@@ -57,11 +57,14 @@ class ConnectorEntry:
     tasks: int = 1
     last_error: str | None = None
     created_at: datetime = field(default_factory=now)
-    tables: tuple[str, ...] = ()  # a multi-table source's tables, each into its own stream
+    # a multi-table source's tables, each into its own stream; a sink's streams (several)
+    tables: tuple[str, ...] = ()
 
     @property
     def streams(self) -> list[str]:
         """The streams the connector reads or writes (less dead letters)."""
+        if self.kind == "sink" and self.tables:
+            return list(self.tables)
         if self.tables and self.stream:
             return [table_stream(self.stream, t) for t in self.tables]
         return [self.stream] if self.stream else []

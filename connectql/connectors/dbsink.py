@@ -100,7 +100,18 @@ def sink_options(qualified: str) -> dict[str, Option]:
     return {
         o.name: o
         for o in [
-            Option("table", required=True, doc=f"target table, 'name' or '{qualified}'"),
+            Option(
+                "table",
+                required=True,
+                doc=f"target table, 'name' or '{qualified}'; with streams, each stream's:"
+                " ${table} is the source table the stream carries, ${stream} its name",
+            ),
+            Option(
+                "streams",
+                doc="several streams instead of FROM stream, each into its own table (see"
+                " table): a comma list and/or patterns ('shop_*'; * or % any text, ? one"
+                " character), matched at CREATE; one query, each stream exactly once",
+            ),
             Option(
                 "mode",
                 "enum",

@@ -17,9 +17,11 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from connectql.connectors import multitable, polling
-from connectql.connectors.changerows import arrow_schema
+from connectql.connectors.changerows import DEAD_LETTERS, UNREADABLE, arrow_schema, dead_letters
 from connectql.connectors.dbsink import META_COLUMNS
 from connectql.connectors.options import from_spark_options, to_spark_options
+from connectql.errors import ConnectQLError
+from connectql.runtime.errors import short_error
 
 LAG_EVERY_S = 1.0  # how often reportLatestOffset asks the database how far behind it is
 LAG_ROWS_CAP = 1_000_000  # an incremental source's lag is counted up to this many rows
@@ -121,6 +123,17 @@ class Group(InputPartition):
     parts: tuple[Range, ...]
 
 
+# rows x columns of one multi-table snapshot batch at most: its rows travel in the union schema
+# (every table's columns), and the batch is collected whole in the driver (a value slot per
+# column and row, null or not): 1,000 tables' 6,000 columns x 100,000 rows lost the 2 GB JVM
+BATCH_CELLS = 20_000_000
+
+
+def wide_batch_rows(batch_rows: int, columns: int) -> int:
+    """batch.rows, fewer when a row of the union schema is wide (BATCH_CELLS)."""
+    return max(1, min(batch_rows, BATCH_CELLS // max(1, columns)))
+
+
 class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets: cdc {"after": last key read, LOG_KEY: change-log position, "phase":
     "snapshot"|"stream", "upto": the snapshot's last key} (keys as text lists or null), plus
@@ -131,6 +144,9 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     config_class: type[TableConfig] = TableConfig
     LOG_KEY = "log"
+    # what reading a value may raise when the value does not fit its Spark type (a database
+    # adds its driver's data errors)
+    UNREADABLE: tuple[type[Exception], ...] = UNREADABLE
 
     def __init__(self, schema: StructType, options: dict[str, str]):
         self.cfg = self.config_class.from_options(options)
@@ -358,7 +374,11 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Several tables: the next snapshot batch takes up to batch.rows rows from as many
         tables as that needs (the rest of one, small ones whole, the start of the next), so
         that small tables do not cost a micro-batch each; the offset lists its ranges."""
-        position, budget, parts = start[self.LOG_KEY], self.cfg.batch_rows, []
+        position, budget, parts = (
+            start[self.LOG_KEY],
+            wide_batch_rows(self.cfg.batch_rows, len(self.union)),
+            [],
+        )
         table, after, upto = start["table"], start["after"], start.get("upto")
         while True:
             key = self.key_of(table)
@@ -507,7 +527,34 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             rows = self.log_snapshot(conn, table, part)
         else:
             rows = polling.read_range(db, self._src(table), columns, part.after, part.upto)
-        for batch in rows:
-            if self.cdc:
-                batch = self.with_snapshot_columns(batch, table, part.log_from)
-            yield self._shape(table, batch)
+        try:
+            for batch in rows:
+                if self.cdc:
+                    batch = self.with_snapshot_columns(batch, table, part.log_from)
+                yield self._shape(table, batch)
+        except self.UNREADABLE as e:
+            yield self._unreadable_range(part, e)
+
+    def _unreadable_range(self, part: Range, e: Exception) -> pa.RecordBatch:
+        """A range of a table's rows that cannot be read (a value its Spark type cannot hold):
+        a dead letter naming the table and the range when `self.tolerant` (the table's other
+        ranges and the other tables go on), else a ConnectQLError naming them."""
+        table = part.table
+        where = "" if part.after is None else f" after key {part.after}"
+        where += "" if part.upto is None else f" up to key {part.upto}"
+        message = (
+            f"table {table}: the rows{where} cannot be read: {type(e).__name__}:"
+            f" {short_error(str(e))[:300]}"
+        )
+        if not self.tolerant:
+            raise ConnectQLError(
+                f"{message} (errors.tolerance = 'all' on a source of several tables sends them"
+                " to the dead-letter stream and goes on)"
+            ) from None
+        offset = {"table": table, "after": part.after, "upto": part.upto, "mode": self.cfg.mode}
+        record = {
+            "table": table, "ts_ms": time.time_ns() // 1_000_000, "offset": offset,
+            "error_class": type(e).__name__, "error_message": message,
+            "raw_record": {"table": table, "after": part.after, "upto": part.upto},
+        }  # fmt: skip
+        return self._shape(DEAD_LETTERS, dead_letters([record], self.schemas[table]))

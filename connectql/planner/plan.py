@@ -14,6 +14,7 @@ from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec, WriterSpec
 from connectql.errors import PlanError
 from connectql.planner.resolve import resolve
+from connectql.planner.routes import chosen_streams, routed_specs
 from connectql.planner.transform import Transform, compile_select
 
 STREAM_FORMAT = "parquet"  # how sinks read a stream (Spark's file source)
@@ -38,10 +39,13 @@ class Plan:
     deadletter: str | None = None  # stream receiving bad records (errors.tolerance = 'all')
     deadletter_path: str | None = None
     table_paths: dict[str, str] = field(default_factory=dict)  # several tables: table -> stream
+    inputs: tuple[str, ...] = ()  # a sink of several streams: the streams it reads
 
     @property
     def streams(self) -> list[str]:
         """The streams the connector reads or writes (less dead letters)."""
+        if self.inputs:
+            return list(self.inputs)
         if self.table_paths:
             return [table_stream(self.stream, t) for t in self.table_paths]
         return [self.stream]
@@ -77,6 +81,8 @@ class Plan:
                     ),
                 )
             )
+        if self.inputs:
+            rows.append(("streams", ", ".join(self.inputs)))
         rows += [
             ("write", _spec_text(self.writer)),
             ("checkpoint", self.checkpoint),
@@ -106,6 +112,7 @@ class PlanContext:
     home: Path
     streams: dict[str, StreamEntry]  # known streams by name
     secrets: Any  # a SecretStore
+    source_tables: dict[str, str] = field(default_factory=dict)  # stream -> the table it carries
 
     def stream_path(self, name: str) -> str:
         return str(self.home / "streams" / name)
@@ -151,15 +158,18 @@ def target_stream(entry_stream: str | None, options: dict[str, Any], where: str)
 def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
     where = f"{entry.kind} connector '{entry.name}'"
     plugin = registry.lookup(connector_type(entry.type, entry.options, where), entry.kind)
-    stream = target_stream(entry.stream, entry.options, where)
     specs = plugin.options_for(entry.kind)
     options = validate(specs, entry.options, where)
     if options.get("tasks.max") is not None and options["tasks.max"] < 1:
         raise PlanError(f"{where}: tasks.max must be 1 or more, got {options['tasks.max']}")
     resolved = resolve(options, ctx.secrets, specs, where)
+    inputs = chosen_streams(entry, options, ctx, where) if options.get("streams") else []
+    stream = inputs[0] if inputs else target_stream(entry.stream, entry.options, where)
     if entry.kind == "source":
         reader, transform = plugin.plan_source(resolved), None
         writer = WriterSpec(STREAM_WRITER, path=ctx.stream_path(stream))
+    elif inputs:
+        (reader, writer), transform = routed_specs(plugin, resolved, inputs, ctx, where), None
     else:
         reader, transform = _stream_reader(stream, entry, ctx)
         writer = plugin.plan_sink(resolved, ctx.streams[stream])
@@ -181,7 +191,8 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
         deadletter=deadletter,
         deadletter_path=ctx.stream_path(deadletter) if deadletter else None,
         options=options,
-        table_paths=ctx.table_paths(stream, entry.tables),
+        table_paths=ctx.table_paths(stream, entry.tables) if entry.kind == "source" else {},
+        inputs=tuple(inputs),
     )
 
 

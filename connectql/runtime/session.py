@@ -68,9 +68,10 @@ def python_data_sources():
     """Every Python data source class connectql registers with Spark."""
     from connectql.connectors.mysql.datasource import MysqlDataSource
     from connectql.connectors.postgres.datasource import PostgresDataSource
+    from connectql.connectors.streamsread import StreamsDataSource
     from connectql.toolkit.spark import ToolkitDataSource
 
-    return [PostgresDataSource, MysqlDataSource, ToolkitDataSource]
+    return [PostgresDataSource, MysqlDataSource, ToolkitDataSource, StreamsDataSource]
 
 
 def logging_settings(log_dir) -> dict[str, str]:

@@ -46,7 +46,8 @@ def evolve(worker, name: str, cause: str) -> bool:
     worker._launch(name, reason, worker._bound_plan(worker.catalog.get_connector(name)))
     changed = {s for s, _added in widened_streams}
     for sink in worker.catalog.connectors():
-        if sink.kind == "sink" and sink.stream in changed and worker.engine.is_active(sink.name):
+        reads = changed & set(sink.streams)
+        if sink.kind == "sink" and reads and worker.engine.is_active(sink.name):
             worker._stop(sink.name, states.STOPPED, reason)
             worker._start(worker.catalog.get_connector(sink.name), reason)
     return True

@@ -105,6 +105,11 @@ def alter(worker, name: str, changes: dict[str, Any]) -> Result:
                 f"ALTER CONNECTOR cannot change the tables of multi-table connector '{name}'"
                 " (each has its own stream): drop and re-create it instead"
             )
+    if entry.tables and updated.options.get("streams") != entry.options.get("streams"):
+        raise PlanError(
+            f"ALTER CONNECTOR cannot change the streams of sink '{name}' (each has its own"
+            " progress in the target): drop and re-create it instead"
+        )
     plan = worker._plan(updated)
     if plan.kind == "source":
         worker.check_stream_schema(plan)

@@ -132,7 +132,8 @@ class Retainer:
         self._report_held(stream.name, d, limits)
         gone = {e["path"] for e in d.remove}
         kept = self._merge(stream, [e for e in entries if e["path"] not in gone], read_by, limits)
-        prune_log(stream.path)
+        if not self._read_by_log(stream):
+            prune_log(stream.path)
         sweep_orphans(stream.path)
         stats = self._stats(stream.name, kept, read_by)
         cat.set_stream_stats(stream.name, stats)
@@ -143,6 +144,14 @@ class Retainer:
         the last pass), without removing anything."""
         entries = committed_entries(stream.path)
         return self._stats(stream.name, entries, self._readers(stream))
+
+    def _read_by_log(self, stream: StreamEntry) -> bool:
+        """Whether a sink of several streams reads the stream: it finds what is new by the
+        stream's log batches (connectors/streamsread.py), so the log keeps them all."""
+        return any(
+            e.kind == "sink" and e.tables and stream.name in e.streams
+            for e in self.worker.catalog.connectors()
+        )
 
     def _readers(self, stream: StreamEntry) -> dict[str, Reader]:
         """The progress of each sink reading the stream."""

@@ -16,7 +16,7 @@ from connectql.catalog import states
 from connectql.catalog.query import run_select
 from connectql.catalog.redact import redact_value, scrub
 from connectql.catalog.secrets import SecretStore
-from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
+from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry, table_stream
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.declared import field_ddl
@@ -328,7 +328,7 @@ class Worker:
             type=plan.type,
             stream=plan.stream,
             tasks=plan.tasks,
-            tables=tuple(plan.table_paths),
+            tables=tuple(plan.table_paths) or plan.inputs,
         )
         try:
             self.catalog.add_connector(entry)
@@ -364,7 +364,14 @@ class Worker:
             self.catalog.remove_stream(stream)
 
     def _context(self) -> PlanContext:
-        return PlanContext(self.home, {s.name: s for s in self.catalog.streams()}, self.secrets)
+        carried = {
+            table_stream(e.stream, t): t
+            for e in self.catalog.connectors()
+            if e.kind == "source" and e.stream
+            for t in e.tables
+        }
+        streams = {s.name: s for s in self.catalog.streams()}
+        return PlanContext(self.home, streams, self.secrets, carried)
 
     def _plan(self, entry: ConnectorEntry) -> Plan:
         return build_plan(entry, self._context())
@@ -459,7 +466,7 @@ class Worker:
             return False
         self.catalog.set_state(name, states.STARTING, reason)
         if plan.kind == "sink" and plan.run == "once":
-            self._wait_for_feeders(plan.stream)
+            self._wait_for_feeders(plan.streams)
         self.engine.start(plan)
         self.supervisor.started(name)
         with self.catalog.lock:  # a once-query may have finished already
@@ -483,11 +490,11 @@ class Worker:
             schema = schema_ddl(union_schema(parts))
         return replace(plan, reader=replace(plan.reader, schema=schema))
 
-    def _wait_for_feeders(self, stream: str) -> None:
+    def _wait_for_feeders(self, streams: list[str]) -> None:
         feeders = [
             n
             for n, p in list(self.engine.plans.items())
-            if p.kind == "source" and stream in p.streams and p.run == "once"
+            if p.kind == "source" and set(streams) & set(p.streams) and p.run == "once"
         ]
         self.wait_for_once(feeders)
 

@@ -14,8 +14,11 @@ class MysqlDataSource(DataSource):
         return FORMAT
 
     def streamWriter(self, schema: StructType, overwrite: bool):  # noqa: N802 (Spark's name)
-        from connectql.connectors.mysql.sink import MysqlStreamWriter
+        from connectql.connectors.mysql.sink import MysqlStreamWriter, MysqlTarget
+        from connectql.connectors.routed import ROUTES_OPTION, RoutedWriter
 
+        if ROUTES_OPTION in self.options:  # several streams (option streams)
+            return RoutedWriter(MysqlTarget, self.options)
         return MysqlStreamWriter(schema, self.options)
 
     def streamReader(self, schema: StructType):  # noqa: N802

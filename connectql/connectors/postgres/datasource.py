@@ -14,8 +14,11 @@ class PostgresDataSource(DataSource):
         return FORMAT
 
     def streamWriter(self, schema: StructType, overwrite: bool):  # noqa: N802 (Spark's name)
-        from connectql.connectors.postgres.sink import PostgresStreamWriter
+        from connectql.connectors.postgres.sink import PgTarget, PostgresStreamWriter
+        from connectql.connectors.routed import ROUTES_OPTION, RoutedWriter
 
+        if ROUTES_OPTION in self.options:  # several streams (option streams)
+            return RoutedWriter(PgTarget, self.options)
         return PostgresStreamWriter(schema, self.options)
 
     def streamReader(self, schema: StructType):  # noqa: N802

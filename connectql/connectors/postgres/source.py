@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+import psycopg
 import pyarrow as pa
 
 from connectql.connectors import arrowread, polling
@@ -52,6 +53,7 @@ class PostgresStreamReader(TableStreamReader):
 
     config_class = ReaderConfig
     LOG_KEY = "lsn"
+    UNREADABLE = (*TableStreamReader.UNREADABLE, psycopg.errors.DataError)
     _tailer: walstream.Tailer | None = None
 
     def connect(self):

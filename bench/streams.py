@@ -142,9 +142,9 @@ def bench(args, base: Path) -> int:
         ok = True
         for name in MODES:
             stream = worker.catalog.get_stream(name).path
-            # ids are a sequence from 1: the source made max(id) records (rows_total counts
+            # ids are a sequence from 0: the source made max(id) + 1 records (rows_total counts
             # only since the query's last start)
-            total = read_parquet_rows(stream, "SELECT max(id) FROM t")[0][0]
+            total = read_parquet_rows(stream, "SELECT max(id) + 1 FROM t")[0][0]
             wait_until(
                 lambda n=name, t=total: (read_parquet_rows(out / n) or [(0, 0)])[0][0] >= t,
                 timeout=300,

@@ -458,8 +458,9 @@ class Worker:
             self.catalog.log_event(name, state, f"{reason}; starts when a worker serves the home")
             return False
         self.catalog.set_state(name, states.STARTING, reason)
-        once_sink = plan.kind == "sink" and plan.run == "once"
-        feeders = self._once_feeders(plan.stream) if once_sink else []
+        feeders = self._once_feeders(plan.stream) if plan.kind == "sink" else []
+        if plan.run != "once":
+            feeders = []
         self.engine.start(plan, follow=bool(feeders))
         if feeders:
             finishing.finish_after(self, name, feeders)

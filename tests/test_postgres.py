@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -308,28 +307,6 @@ def test_bulk_source_copies_a_query_every_run(worker, pg_shared, db):
     worker.wait_for_once()
     rows = run(worker, "SELECT sku, double_price FROM prices_s ORDER BY sku")[0].rows
     assert [(s, float(p)) for s, p in rows] == [("b", 4.4), ("c", 6.6)]
-
-
-def test_a_bulk_run_is_read_in_chunks_that_a_once_sink_follows(worker, pg_shared, db):
-    """A bulk copy of a table with a key is read in chunks of batch.rows (a micro-batch each),
-    and a run = 'once' sink started beside its source writes them and ends FINISHED once the
-    source is done, every row once."""
-    name, info = db
-    sql(info, "CREATE TABLE items (id int PRIMARY KEY, v text)")
-    sql(info, "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 250) g")
-    conn = connection(pg_shared, name)
-    run(
-        worker,
-        f"""CREATE SOURCE CONNECTOR bsrc FROM postgres INTO items_s WITH ({conn},
-          table = 'items', mode = 'bulk', run = 'once', 'batch.rows' = 100, 'tasks.max' = 2);
-        CREATE SINK CONNECTOR bdst TO postgres FROM items_s WITH ({conn}, table = 'copy',
-          run = 'once');""",
-    )
-    worker.wait_for_once()
-    assert sql(info, CHECKSUM.format("copy")) == sql(info, CHECKSUM.format("items"))
-    assert [worker.catalog.state_of(n) for n in ("bsrc", "bdst")] == ["FINISHED"] * 2
-    offsets = Path(worker.checkpoint_of("bsrc")) / "offsets"
-    assert sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit()) == [0, 1, 2]
 
 
 def test_source_errors_are_named_at_create(worker, pg_shared, db):

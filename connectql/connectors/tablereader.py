@@ -127,8 +127,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     "table" (the table being snapshotted) and "parts" (the [table, after, upto] ranges the
     batch ending here reads, across tables) with several tables; incremental {"after": ordering
     text list or null}, with several tables {"after": {table: ordering text list or null}};
-    bulk {"run": n}, and for a table with a key, read in chunks of batch.rows, {"run": n,
-    "after": the chunk's last key, "upto": the run's last key} (the run is read when they meet)."""
+    bulk {"run": n}."""
 
     config_class: type[TableConfig] = TableConfig
     LOG_KEY = "log"
@@ -325,32 +324,9 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._next_changes(start)
 
     def _next_run(self, start: dict) -> dict:
-        if "upto" in start and start["after"] != start["upto"]:  # the run's next chunk
-            return self._bulk_chunk(start["run"], start["after"], start["upto"])
-        if self.available_now and start["run"] > 0:
-            return start
-        if not self.available_now and not self._due():
-            return start
-        return self._bulk_chunk(start["run"] + 1, None, None)
-
-    def _bulk_key(self) -> list[str]:
-        """The key a bulk run is read in chunks by ([]: the whole run is one batch)."""
-        if self.multi or self.cfg.query:
-            return []
-        return self.key_of(self.tables[0])
-
-    def _bulk_chunk(self, run: int, after, upto) -> dict:
-        """The end of the chunk of bulk run `run` after `after`, up to batch.rows rows (so the
-        sink can write one chunk while the source reads the next); `upto` None: a new run."""
-        key = self._bulk_key()
-        if not key:
-            return {"run": run}
-        db, src = self._db(self.tables[0]), self._src(self.tables[0])
-        upto = upto or polling.last_key(db, src, key)
-        if not upto:  # an empty table
-            return {"run": run}
-        bound = polling.chunk_end(db, src, key, after, self.cfg.batch_rows, upto)[0]
-        return {"run": run, "after": bound or upto, "upto": upto}
+        if self.available_now:
+            return {"run": 1} if start["run"] == 0 else start
+        return {"run": start["run"] + 1} if self._due() else start
 
     def _next_poll(self, start: dict) -> dict:
         if not self.multi:
@@ -435,8 +411,6 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---------------------------------------------------------------- partitions and reads
     def partitions(self, start: dict, end: dict) -> list[Range]:
         if self.cfg.mode == "bulk":
-            if "upto" in end:
-                return self._bulk_ranges(start, end)
             return (
                 [r for t in self.tables for r in self._whole_table(t)]
                 if end["run"] > start["run"]
@@ -485,17 +459,6 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if upto.get(t) != after.get(t)
             for r in self._split(t, after.get(t), upto.get(t), ordering)
         ]
-
-    def _bulk_ranges(self, start: dict, end: dict) -> list[Range]:
-        """A bulk run's chunk in tasks.max ranges; its last chunk reads rows added since too."""
-        after = start.get("after") if start["run"] == end["run"] else None
-        if start["run"] == end["run"] and after == end["after"]:
-            return []
-        table = self.tables[0]
-        ranges = self._split(table, after, end["after"], self.key_of(table))
-        if end["after"] == end["upto"]:
-            ranges[-1] = replace(ranges[-1], upto=None)
-        return ranges
 
     def _whole_table(self, table: str | None) -> list[Range]:
         """Bulk: the table in tasks.max key ranges when it has a single integer key."""

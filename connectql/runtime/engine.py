@@ -158,9 +158,7 @@ class Engine:
         empty = self.spark.createDataFrame([], StructType.fromDDL(plan.reader.schema))
         return _transformed(empty, plan).schema
 
-    def start(self, plan: Plan, follow: bool = False) -> None:
-        """Start the plan's query; `follow`: a run = 'once' one too keeps taking new batches
-        until stopped (a sink beside the once sources that feed it)."""
+    def start(self, plan: Plan) -> None:
         stuck = self.lingering.get(plan.connector)
         if stuck is not None:  # a stop that took long may just be finishing: wait a little
             stuck.join(STOP_WAIT_S)
@@ -190,7 +188,7 @@ class Engine:
             .queryName(plan.connector)
             .outputMode("append")
         )
-        if plan.run == "once" and not follow:
+        if plan.run == "once":
             writer = writer.trigger(availableNow=True)
         elif plan.interval_ms:
             writer = writer.trigger(processingTime=f"{plan.interval_ms} milliseconds")

@@ -34,7 +34,7 @@ from connectql.runtime.errors import short_error
 from connectql.runtime.logs import log_to, redact_spark_log, stop_logging
 from connectql.runtime.retention import check_options
 from connectql.runtime.session import logging_settings, send_jvm_output_to, stop_session
-from connectql.server import describe, finishing, lifecycle, settings
+from connectql.server import describe, lifecycle, settings
 from connectql.server.home import HomeLock, default_home_text, home_of
 from connectql.server.lease import (
     Lease,
@@ -50,7 +50,7 @@ from connectql.server.supervisor import Supervisor
 
 log = logging.getLogger("connectql.worker")
 
-_BUSY = finishing.BUSY
+_BUSY = (states.STARTING, states.RUNNING, states.RESTARTING, states.STALLED)
 
 
 def schema_ddl(struct) -> str:
@@ -458,12 +458,9 @@ class Worker:
             self.catalog.log_event(name, state, f"{reason}; starts when a worker serves the home")
             return False
         self.catalog.set_state(name, states.STARTING, reason)
-        feeders = self._once_feeders(plan.stream) if plan.kind == "sink" else []
-        if plan.run != "once":
-            feeders = []
-        self.engine.start(plan, follow=bool(feeders))
-        if feeders:
-            finishing.finish_after(self, name, feeders)
+        if plan.kind == "sink" and plan.run == "once":
+            self._wait_for_feeders(plan.stream)
+        self.engine.start(plan)
         self.supervisor.started(name)
         with self.catalog.lock:  # a once-query may have finished already
             if self.catalog.state_of(name) == states.STARTING:
@@ -486,16 +483,13 @@ class Worker:
             schema = schema_ddl(union_schema(parts))
         return replace(plan, reader=replace(plan.reader, schema=schema))
 
-    def _once_feeders(self, stream: str) -> list[str]:
-        """The run = 'once' sources writing `stream` that are still at work."""
-        return [
+    def _wait_for_feeders(self, stream: str) -> None:
+        feeders = [
             n
             for n, p in list(self.engine.plans.items())
-            if p.kind == "source"
-            and stream in p.streams
-            and p.run == "once"
-            and self.catalog.state_of(n) in _BUSY
+            if p.kind == "source" and stream in p.streams and p.run == "once"
         ]
+        self.wait_for_once(feeders)
 
     def _stop(self, name: str, state: str, reason: str) -> None:
         """Stop the connector's query (if any) and put it in `state`; cancels a pending restart."""

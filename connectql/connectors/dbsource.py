@@ -59,7 +59,7 @@ def source_options(log: str) -> dict[str, Option]:
                 "batch.rows",
                 "int",
                 100_000,
-                doc="at most about this many rows (snapshot chunk, bulk chunk, changes) per micro-batch",
+                doc="at most about this many rows (snapshot chunk, changes) per micro-batch",
             ),
             Option(
                 "schema.change",

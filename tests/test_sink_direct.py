@@ -15,7 +15,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from connectql.connectors.dbsink import DirectOverlap, SinkSettings
 from connectql.connectors.postgres.sink import PgTarget
-from tests.pgserver import create_database
+from tests.pgserver import PrivatePostgres, create_database
 
 SCHEMA = StructType(
     [
@@ -190,3 +190,27 @@ def test_a_committed_batch_survives_a_database_crash_right_after_the_commit(pg_o
     assert make.rows("SELECT count(*), max(id) FROM t") == [(300, 299)]
     with t.connect(autocommit=True) as conn:
         assert t.committed(conn) == 2
+
+
+@pytest.fixture
+def pg_lazy_wal():
+    """A private server whose WAL writer waits 10 s between rounds: an asynchronous commit
+    stays in memory, where an immediate shutdown loses it, until then."""
+    server = PrivatePostgres({"wal_writer_delay": "10s"}).start()
+    yield server
+    server.stop()
+
+
+def test_a_direct_write_survives_a_database_crash_before_the_batch_commits(pg_lazy_wal):
+    """The tasks' direct rows are committed before the driver's commit records the batch: a
+    crash in between must not lose them while the batch still counts as done (it once did:
+    the task's commit was asynchronous, so the rows were gone and the batch recorded)."""
+    make = targets(pg_lazy_wal)
+    t = make(direct=True)
+    rows = [(i, "v", "r", "0") for i in range(100)]
+    messages = write(t, 0, [rows[:50], rows[50:]])
+    assert all(m.direct is not None for m in messages)
+    pg_lazy_wal.halt()  # like a crash
+    pg_lazy_wal.resume()
+    t.commit(messages, 0)
+    assert make.rows("SELECT count(*), max(id) FROM t") == [(100, 99)]

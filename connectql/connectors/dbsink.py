@@ -408,9 +408,10 @@ class Target:
         raise NotImplementedError
 
     def make_durable(self, conn) -> None:
-        """Inside the commit's transaction: make its commit wait until it (and so every earlier
-        write of the batch) is on disk, whatever the server's default; Spark counts the batch
-        done once commit() returns."""
+        """Inside a transaction: make its commit wait until it is on disk, whatever the
+        server's default. The batch's commit (Spark counts the batch done once commit()
+        returns) and each direct write (a crash before the batch's commit must not undo it
+        while the batch still gets recorded) call it."""
 
     def column_types(self, where: str) -> dict[str, str]:
         raise NotImplementedError

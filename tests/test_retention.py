@@ -15,13 +15,21 @@ import pytest
 
 from connectql.catalog.streams import (
     append_files,
+    committed_entries,
     committed_files,
     prune_log,
     remove_files,
     sweep_orphans,
 )
 from connectql.errors import ConnectQLError
-from connectql.runtime.retention import Limits, Reader, decide, files_read, size_bytes
+from connectql.runtime.retention import (
+    Limits,
+    Reader,
+    decide,
+    files_read,
+    reader_of,
+    size_bytes,
+)
 from tests.helpers import read_parquet_rows, run, wait_until
 
 SOURCE = (
@@ -54,6 +62,17 @@ def _events(worker, name: str) -> list[str]:
 
 def _lost(worker) -> int:
     return worker.catalog.query("SELECT rows_lost FROM connectors WHERE name = 'k'")[1][0][0]
+
+
+def _left(worker) -> str:
+    """What a pass of retention sees of the files still in the log (a failure's diagnosis)."""
+    reader = reader_of(worker.checkpoint_of("k"))
+    files = [
+        (Path(e["path"]).name, e["modificationTime"], reader.passed(e))
+        for e in committed_entries(_stream_path(worker))
+    ]
+    alive = worker.retainer._thread.is_alive()
+    return f"files (name, time, passed by k) {files[:5]}, k read {len(reader.read)}; retainer alive {alive}"
 
 
 def _stop_source_and_drain(worker, out: Path) -> int:
@@ -94,7 +113,12 @@ def test_expired_files_leave_log_and_disk_and_the_sink_gets_every_record_once(wo
     assert ids == [(0, total - 1)]
     assert worker.catalog.state_of("k") == "RUNNING"
     # what is left is what is younger than the retention: the stream holds fewer records
-    wait_until(lambda: not committed_files(_stream_path(worker)), timeout=30, what="all expired")
+    wait_until(
+        lambda: not committed_files(_stream_path(worker)),
+        timeout=30,
+        what="all expired",
+        diagnose=lambda: _left(worker),
+    )
     assert not [p for p in Path(_stream_path(worker)).glob("*.parquet")]
     worker.retainer.run_once()
     _, rows = worker.catalog.query("SELECT records, files, bytes, readers FROM streams")

@@ -86,7 +86,10 @@ class Retainer:
 
     def _run(self) -> None:
         while not self._closed.wait(self._interval_s()):
-            self.run_once()
+            try:
+                self.run_once()
+            except Exception:  # a catalog hiccup must not end retention for the worker's life
+                log.warning("a retention pass failed", exc_info=True)
 
     def run_once(self) -> None:
         """One pass over every stream; a stream that fails is logged and the others go on."""

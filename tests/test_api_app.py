@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 import subprocess
 import threading
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from connectql.api import guard
 from connectql.api.app import build
 from connectql.api.serve import ApiServer, Tls
 from connectql.catalog.store import Catalog, ConnectorEntry
@@ -59,8 +61,17 @@ def test_the_openapi_document_is_generated_from_the_routes(routes):
 
 def test_head_405_and_token_answer_as_the_old_server_did(routes):
     client = TestClient(build(routes, "xyz"))
-    assert client.get("/health").status_code == 401
+    assert client.get("/connectors").status_code == 401
+    assert client.get("/metrics").status_code == 401
+    # /health answers without the token, saying only that the worker is up and its role
+    anonymous = client.get("/health")
+    assert anonymous.status_code == 200
+    assert anonymous.json() == {"status": "ok", "role": "active", "epoch": None}
+    assert int(anonymous.headers["content-length"]) == len(anonymous.content)
+    assert client.head("/health").content == b""
     auth = {"Authorization": "Bearer xyz"}
+    assert client.get("/health", headers=auth).json()["home"] == str(routes.worker.home)
+    assert client.put("/health").status_code == 401
     head = client.head("/health", headers=auth)
     assert head.status_code == 200 and head.content == b""
     assert int(head.headers["content-length"]) > 0
@@ -107,6 +118,22 @@ def test_tls_serves_https_with_the_given_certificate(routes, tmp_path):
             urllib.request.urlopen(url, timeout=30)  # a certificate nobody vouched for
         with pytest.raises((http.client.HTTPException, OSError)):
             urllib.request.urlopen(url.replace("https", "http"), timeout=30).read()
+
+
+def test_a_body_that_stops_arriving_gets_408_and_the_connection_closed(routes, monkeypatch):
+    monkeypatch.setattr(guard, "BODY_TIMEOUT_S", 0.5)
+    with serving_in_thread(routes) as port, socket.create_connection(("127.0.0.1", port)) as s:
+        s.settimeout(30)
+        s.sendall(b'POST /sql HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"sql"')
+        answer = b""
+        while chunk := s.recv(4096):  # the server closes the connection after its answer
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer
+    assert json.loads(body) == {
+        "error_code": 408,
+        "message": "the body did not arrive within 0.5 s",
+    }
 
 
 def test_events_stream_a_snapshot_then_state_changes_and_progress(routes):

@@ -146,7 +146,7 @@ async function logIn(event) {
   sessionStorage.setItem(TOKEN_KEY, input.value);
   input.value = "";
   try {
-    await api("GET", "/health");
+    await api("GET", "/connectors");
   } catch (e) {
     sessionStorage.removeItem(TOKEN_KEY);
     askToken(e.status === 401 ? "The server refused this token." : e.message);

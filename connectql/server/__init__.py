@@ -1,1 +1,0 @@
-"""The worker process: owns the catalog and the SparkSession, and executes statements."""

@@ -294,7 +294,7 @@ class Connectql:
     running `source` connectors (postgres, mysql) into postgres sinks."""
 
     def __init__(self, home: Path, source: str):
-        from connectql.server.worker import Worker
+        from connectql.worker.worker import Worker
 
         self.source = source
         self.worker = Worker(home)

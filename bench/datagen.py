@@ -167,7 +167,7 @@ def check_ids(directory: Path, n: int) -> str:
 
 def run_connectql(n: int, tmp: Path, label: str):
     """N rows through a Worker; returns the Run and the Worker (released, catalog closed)."""
-    from connectql.server.worker import Worker
+    from connectql.worker.worker import Worker
 
     out = tmp / "out"
     worker = Worker(home=tmp / "home")

@@ -67,7 +67,7 @@ def put_objects(fs, prefix: str, objects: int, per_object: int) -> int:
 
 
 def connectql_run(server, prefix: str, total: int) -> float:
-    from connectql.server.worker import Worker
+    from connectql.worker.worker import Worker
 
     home = Path(tempfile.mkdtemp(prefix="cq-bench-s3-"))
     opts = {**server.options(), "bucket": BUCKET, "prefix": prefix}

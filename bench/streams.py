@@ -117,7 +117,7 @@ def report(figures: list[tuple[int, str, dict]]) -> None:
 
 
 def bench(args, base: Path) -> int:
-    from connectql.server.worker import Worker
+    from connectql.worker.worker import Worker
 
     out = base / "out"
     worker = Worker(base / "home")

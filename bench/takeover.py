@@ -15,8 +15,8 @@ from pathlib import Path
 from rich.table import Table
 
 from bench.common import console, load
-from connectql.server.client import Remote
-from connectql.server.home import read_address
+from connectql.api.client import Remote
+from connectql.worker.home import read_address
 from tests.crash import kill_everything, server_process, start_connectql, stop_server
 from tests.helpers import read_parquet_rows, wait_until
 from tests.servers import free_port

@@ -16,8 +16,8 @@ from rich.table import Table
 from connectql.errors import ConnectQLError
 from connectql.formats import FORMATS, Printer
 from connectql.grammar.ast import is_name
-from connectql.server.home import default_home_text, home_of
-from connectql.server.results import Result
+from connectql.worker.home import default_home_text, home_of
+from connectql.worker.results import Result
 
 console = Console()
 err_console = Console(stderr=True)
@@ -109,15 +109,15 @@ def _watch(worker, out: Console, statements) -> None:
 
 
 def _backend(args, deferred: bool = False):
-    from connectql.server.client import connect
+    from connectql.api.client import connect
 
     given = args.home or default_home_text()  # a relative home is refused on a cluster
     return connect(home_of(args.home), args.server, args.token_file, deferred, given)
 
 
 def cmd_run(args) -> int:
-    from connectql.server.api import serving
-    from connectql.server.client import Embedded, token
+    from connectql.api.client import Embedded, token
+    from connectql.api.serve import serving
 
     path = Path(args.file)
     if not path.is_file():
@@ -180,8 +180,8 @@ def _name(name: str, what: str = "connector") -> str:
 
 
 def cmd_server(args) -> int:
+    from connectql.api.client import token
     from connectql.api.serve import Tls, serve
-    from connectql.server.client import token
 
     tls = Tls.of(args.tls_cert, args.tls_key)
     try:
@@ -200,7 +200,7 @@ def cmd_server(args) -> int:
 
 
 def cmd_start(args) -> int:
-    from connectql.server import daemon
+    from connectql import daemon
 
     home = home_of(args.home)
     address = daemon.start(home, args.host, args.port, args.token_file, args.timeout)
@@ -214,7 +214,7 @@ def cmd_start(args) -> int:
 
 
 def cmd_stop(args) -> int:
-    from connectql.server import daemon
+    from connectql import daemon
 
     pid = daemon.stop(home_of(args.home), args.timeout)
     console.print(f"[green]✓[/green] stopped the connectql server (pid {pid})", soft_wrap=True)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from connectql.errors import ConnectQLError
-from connectql.server.home import held_by, is_held, read_address
+from connectql.worker.home import held_by, is_held, read_address
 
 LOG_FILE = "server.log"
 
@@ -63,7 +63,7 @@ def start(home: Path, host: str, port: int, token_file: str | None, timeout: flo
 
 
 def _healthy(url: str, token_file: str | None) -> bool:
-    from connectql.server.client import Remote, token
+    from connectql.api.client import Remote, token
 
     try:
         status, _ = Remote(url, token(token_file), timeout=5).request("GET", "/health")

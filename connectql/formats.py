@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from connectql.server.results import Result, json_value
+from connectql.worker.results import Result, json_value
 
 FORMATS = ("table", "json", "csv", "vertical")
 

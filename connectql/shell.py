@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from connectql.api.client import Embedded
 from connectql.catalog.redact import written_secrets
 from connectql.catalog.schema import PUBLIC_TABLES
 from connectql.errors import ConnectQLError
@@ -29,9 +30,8 @@ from connectql.grammar.parser import (
     parse_script,
     unfinished,
 )
-from connectql.server.client import Embedded
-from connectql.server.home import home_of
-from connectql.server.results import Result
+from connectql.worker.home import home_of
+from connectql.worker.results import Result
 
 log = logging.getLogger("connectql.shell")
 

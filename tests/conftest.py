@@ -58,7 +58,7 @@ def home(tmp_path):
 @pytest.fixture
 def worker(spark, home):
     """A worker on a fresh home, sharing the test session's SparkSession."""
-    from connectql.server.worker import Worker
+    from connectql.worker.worker import Worker
 
     w = Worker(home)
     yield w

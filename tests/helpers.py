@@ -55,7 +55,7 @@ def replay_last_batch(home, script: str, connector: str, before_replay=None) -> 
     """Run `script` (a `run = 'once'` pipeline) in a worker, then make Spark believe the
     connector's last batch never finished (a crash between the sink's commit and Spark's commit
     log) and run the connector again in a new worker: Spark replays that batch."""
-    from connectql.server.worker import Worker
+    from connectql.worker.worker import Worker
 
     first = Worker(home)
     run(first, script)

@@ -21,10 +21,10 @@ from starlette.testclient import TestClient
 
 from connectql.api import guard
 from connectql.api.app import build
+from connectql.api.routes import ROUTES, Routes
 from connectql.api.serve import ApiServer, Tls
 from connectql.catalog.store import Catalog, ConnectorEntry
 from connectql.errors import ConnectQLError
-from connectql.server.routes import ROUTES, Routes
 
 
 @dataclass

@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 from schemathesis import engine
 from schemathesis.engine import events
 
+from connectql.api.routes import ROUTES
 from connectql.connectors import registry
-from connectql.server.routes import ROUTES
 from tests.crash import server_process
 
 pytestmark = pytest.mark.spark

@@ -8,13 +8,13 @@ import os
 
 import pytest
 
+from connectql.api import kafkaconnect, metrics
+from connectql.api.errors import match
+from connectql.api.routes import ApiError
 from connectql.catalog.store import Catalog, ConnectorEntry
 from connectql.errors import ConnectQLError, PlanError, ValidationError
 from connectql.grammar import ast
-from connectql.server import kafkaconnect, metrics
-from connectql.server.api import match
-from connectql.server.home import HomeLock, read_address, write_address
-from connectql.server.routes import ApiError
+from connectql.worker.home import HomeLock, read_address, write_address
 
 
 def test_kafka_connect_body_is_the_create_statement_it_stands_for():

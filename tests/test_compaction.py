@@ -105,7 +105,7 @@ def test_compaction_options_are_checked(worker):
             run(worker, bad)
     run(worker, "SET stream.cleanup = 'compact'; SET stream.delete.retention = '2 hours'")
     from connectql.runtime.retention import Limits
-    from connectql.server.retainer import effective_options
+    from connectql.worker.retainer import effective_options
 
     run(worker, "CREATE STREAM t")
     limits = Limits.of(effective_options(worker.catalog.get_stream("t"), worker.catalog.settings()))

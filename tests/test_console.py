@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from connectql.api.routes import Routes
 from connectql.api.serve import ApiServer
 from connectql.catalog.store import Catalog
-from connectql.server.routes import Routes
 from tests.helpers import wait_until
 from tests.test_api_app import CatalogOnly
 from tests.test_server import rows_total, running_server

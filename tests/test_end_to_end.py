@@ -9,7 +9,7 @@ import pytest
 
 from connectql.catalog.store import Catalog
 from connectql.errors import ConnectQLError, ParseError, PlanError, ValidationError
-from connectql.server.worker import Worker
+from connectql.worker.worker import Worker
 from tests.helpers import lag_of, read_parquet_rows, run, wait_until
 
 pytestmark = pytest.mark.spark

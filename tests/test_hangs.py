@@ -17,12 +17,12 @@ import psycopg
 import pymysql
 import pytest
 
+from connectql.api.routes import Routes
+from connectql.api.serve import ApiServer
 from connectql.connectors.mysql.client import connect_kwargs as my_connect_kwargs
 from connectql.connectors.options import validate
 from connectql.connectors.postgres.client import connect_kwargs as pg_connect_kwargs
 from connectql.errors import PlanError
-from connectql.server.api import ApiServer
-from connectql.server.routes import Routes
 from tests.helpers import run, wait_until
 from tests.mariadbserver import PrivateMariaDB
 from tests.mariadbserver import create_database as create_my_database

@@ -6,7 +6,7 @@ import sys
 
 import duckdb
 
-from connectql.server.lease import prune_catalogs, take_epoch
+from connectql.worker.lease import prune_catalogs, take_epoch
 
 
 def test_two_takers_never_share_an_epoch(tmp_path):

@@ -19,7 +19,7 @@ import pytest
 from connectql.catalog.store import Catalog
 from connectql.catalog.streams import committed_files
 from connectql.errors import ConnectQLError
-from connectql.server.worker import Worker
+from connectql.worker.worker import Worker
 from tests.helpers import read_parquet_rows, run, wait_until
 from tests.test_cli import CONNECTQL, ROOT, connectql
 
@@ -548,7 +548,7 @@ NOT_YET: dict[str, str] = {}  # "<key>": why no test observes it yet
 def declared_options() -> set[str]:
     from connectql.connectors import registry
     from connectql.connectors.common import SOURCE_COMMON
-    from connectql.server.settings import WORKER_SETTINGS
+    from connectql.worker.settings import WORKER_SETTINGS
 
     keys = set(SOURCE_COMMON) | {f"SET {k}" for k in WORKER_SETTINGS}
     for plugin in registry.builtins():  # a plugin package's options are audited by its tests
@@ -576,7 +576,7 @@ def test_every_option_has_a_test_that_observes_it():
 
 
 def test_the_readme_lists_every_worker_setting():
-    from connectql.server.settings import WORKER_SETTINGS
+    from connectql.worker.settings import WORKER_SETTINGS
 
     readme = (ROOT / "README.md").read_text()
     for key, option in WORKER_SETTINGS.items():

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
+from connectql.api import kafkaconnect
 from connectql.config import validate
 from connectql.connectors import registry
 from connectql.errors import PlanError
 from connectql.planner.plan import _spec_text
-from connectql.server import kafkaconnect
 from tests.helpers import run
 from tests.toolkit_connectors import written
 

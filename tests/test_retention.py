@@ -246,7 +246,7 @@ def test_the_log_and_the_folder_keep_only_what_readers_need(tmp_path):
 
 
 def test_worker_defaults_apply_to_streams_that_set_none(worker):
-    from connectql.server.retainer import effective_options
+    from connectql.worker.retainer import effective_options
 
     run(
         worker,

@@ -302,7 +302,7 @@ def test_no_secret_value_reaches_any_output(tmp_path, pg, monkeypatch):
 LOGGING_WORKER = """
 import logging, sys
 from connectql.grammar.parser import parse_script
-from connectql.server.worker import Worker
+from connectql.worker.worker import Worker
 
 worker = Worker(sys.argv[1])
 try:

@@ -18,9 +18,9 @@ import psycopg
 import pyarrow as pa
 import pytest
 
+from connectql.api.client import Remote
 from connectql.connectors.dbsink import PROGRESS_TABLE, Fenced
 from connectql.connectors.postgres.sink import PgTarget
-from connectql.server.client import Remote
 from tests.crash import (
     CONNECTQL,
     checkout_env,

@@ -27,7 +27,7 @@ from connectql.runtime.retention import (
     merge_groups,
     merge_time,
 )
-from connectql.server.retainer import effective_options
+from connectql.worker.retainer import effective_options
 from tests.helpers import read_parquet_rows, run, wait_until
 
 DAY = 24 * 3600 * 1000

@@ -10,8 +10,8 @@ import duckdb
 import pytest
 
 from connectql.errors import ConnectQLError, StateError, ValidationError
-from connectql.server.supervisor import backoff_ms
-from connectql.server.worker import Worker
+from connectql.worker.supervisor import backoff_ms
+from connectql.worker.worker import Worker
 from tests.helpers import read_parquet_rows, run, wait_until
 
 pytestmark = pytest.mark.spark

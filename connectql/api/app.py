@@ -19,8 +19,8 @@ from connectql.api.errors import answer, error_answer, match
 from connectql.api.events import feed
 from connectql.api.guard import Guard
 from connectql.api.operations import ERRORS, OPERATIONS, openapi_extra
-from connectql.server.routes import ROUTES, ApiError, Routes
-from connectql.server.routes import Request as RouteRequest
+from connectql.api.routes import ROUTES, ApiError, Routes
+from connectql.api.routes import Request as RouteRequest
 
 DESCRIPTION = (
     "A connectql worker: connectors as Spark streaming queries, managed with SQL or Kafka"

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from connectql.errors import ConnectQLError
-from connectql.server.home import read_address
-from connectql.server.results import Result
+from connectql.worker.home import read_address
+from connectql.worker.results import Result
 
 
 class Embedded:
@@ -26,7 +26,7 @@ class Embedded:
     @property
     def worker(self):
         if self._worker is None:
-            from connectql.server.worker import Worker
+            from connectql.worker.worker import Worker
 
             self._worker = Worker(self.given or self.home, deferred=self.deferred)
         return self._worker

@@ -11,8 +11,8 @@ from urllib.parse import unquote
 
 from starlette.responses import Response
 
+from connectql.api.routes import ROUTES, ApiError, error_status
 from connectql.errors import ConnectQLError
-from connectql.server.routes import ROUTES, ApiError, error_status
 
 log = logging.getLogger("connectql.api")
 

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from connectql.api.errors import finite
-from connectql.server.routes import ApiError, Routes
+from connectql.api.routes import ApiError, Routes
 
 PROGRESS = ("rows_total", "rows_written", "rows_dead_lettered", "rows_per_sec", "lag")
 INTERVAL = (0.2, 60.0)  # the ?interval= (seconds) a client may ask for

@@ -12,7 +12,7 @@ import json
 import re
 
 from connectql.api.errors import error_answer
-from connectql.server.routes import ApiError
+from connectql.api.routes import ApiError
 
 MAX_BODY = 1 << 20
 BODY_TIMEOUT_S = 30.0  # a body that stops arriving holds a connection no longer than this

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from connectql.api import models
+from connectql.api.routes import EXPAND
 from connectql.connectors import registry
-from connectql.server.routes import EXPAND
 
 _CONFIG = {
     "type": "object",

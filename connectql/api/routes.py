@@ -9,11 +9,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from connectql.api import kafkaconnect, metrics
 from connectql.catalog import states
 from connectql.catalog.redact import statement_text
 from connectql.errors import CatalogError, ConnectQLError, StateError
 from connectql.grammar import ast
-from connectql.server import kafkaconnect, metrics
 
 
 class ApiError(Exception):

@@ -7,23 +7,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
-import socket
 import ssl
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from connectql.api.app import build
+from connectql.api.routes import Routes
+from connectql.api.transport import Protocol, listen
 from connectql.config import is_secret_key
 from connectql.errors import ConnectQLError
-from connectql.server.home import home_of, remove_address, write_address
-from connectql.server.routes import Routes
+from connectql.worker.home import home_of, remove_address, write_address
 
 IDLE_S = 120  # a kept-alive connection left idle this long is closed
 
@@ -69,22 +66,6 @@ class Tls:
         return Tls(cert, key)
 
 
-class Protocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, whose answer to a request it cannot parse (a Content-Length
-    that is not a number, ...) is the API's JSON error naming what is wrong, not plain text."""
-
-    def send_400_response(self, msg: str) -> None:
-        cause = sys.exc_info()[1]
-        text = f"bad request: {cause}" if cause else msg
-        body = json.dumps({"error_code": 400, "message": text}).encode()
-        head = (
-            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-        )
-        self.transport.write(head.encode() + body)
-        self.transport.close()
-
-
 class ApiServer:
     """The app of `routes` on uvicorn, listening on `address` from the start (port 0: any free
     one, then in server_address); serve_forever until shutdown (from another thread)."""
@@ -122,21 +103,6 @@ class ApiServer:
         self.socket.close()
 
 
-def listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without
-    # it an answer's head and body wait ~40 ms on Nagle and the client's delayed ACK
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise ConnectQLError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-    sock.listen(128)
-    return sock
-
-
 @contextlib.contextmanager
 def serving(worker, host: str, port: int, token: str | None, tls: Tls | None = None):
     """The API of `worker` on host:port (over TLS when `tls` names a certificate and key) while
@@ -168,10 +134,10 @@ def serve(
 ) -> None:
     """Run a worker on `home` behind the API until SIGINT/SIGTERM; every connector whose desired
     state is running is started again from its checkpoint first. The worker holds the home's
-    lease; `standby`: first wait for the active worker's lease to lapse (server/standby.py)."""
+    lease; `standby`: first wait for the active worker's lease to lapse (api/standby.py)."""
+    from connectql.api.standby import stand_by
     from connectql.runtime.session import stop_session
-    from connectql.server.standby import stand_by
-    from connectql.server.worker import Worker
+    from connectql.worker.worker import Worker
 
     check_host(host, token)
     if standby:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import uvicorn
 
-from connectql.server.lease import is_live, read_lease, wait_for_lapse
+from connectql.worker.lease import is_live, read_lease, wait_for_lapse
 
 
 def _app(home: Path):
@@ -47,7 +47,7 @@ def stand_by(
     """Serve the standby's /health on host:port until the home's lease lapses; then take the
     next epoch. Returns (epoch, the port served), or None when interrupted first."""
     from connectql.api.guard import Guard
-    from connectql.api.serve import Protocol, listen
+    from connectql.api.transport import Protocol, listen
     from connectql.runtime import session
     from connectql.runtime.session import logging_settings
 

@@ -382,7 +382,7 @@ class Catalog:
             )
 
     def set_stream_stats(self, name: str, stats: dict[str, Any]) -> None:
-        """A stream's measured size and its readers' progress (see server/retainer.py)."""
+        """A stream's measured size and its readers' progress (see worker/retainer.py)."""
         self.execute(
             "UPDATE streams SET records = ?, files = ?, bytes = ?, oldest_record = ?,"
             " newest_record = ?, readers = ?, measured_at = ? WHERE name = ?",

@@ -8,9 +8,9 @@ from connectql.catalog.redact import redact
 from connectql.connectors import declared, registry
 from connectql.errors import CatalogError
 from connectql.grammar import ast
-from connectql.server import settings
-from connectql.server.results import Result
-from connectql.server.retainer import effective_options
+from connectql.worker import settings
+from connectql.worker.results import Result
+from connectql.worker.retainer import effective_options
 
 
 def show(worker, s: ast.Show) -> Result:

@@ -12,6 +12,7 @@ from pyspark.sql.types import StructType
 from connectql.catalog import states
 from connectql.connectors.base import ReaderSpec
 from connectql.toolkit.envelope import META_COLUMNS
+from connectql.worker.schemas import schema_ddl
 
 
 def widened(old: StructType, new: StructType) -> tuple[StructType, list[str]]:
@@ -56,8 +57,6 @@ def evolve(worker, name: str, cause: str) -> bool:
 def _widen(worker, name: str, found) -> tuple[str, list[str]] | None:
     """Give stream `name` the columns of `found` (a table's discovery) it lacks:
     (stream, added columns), or None when it has them all."""
-    from connectql.server.worker import schema_ddl
-
     stream = worker.catalog.get_stream(name)
     old = StructType.fromJson(json.loads(stream.schema_json))
     new = worker.engine.resolve_schema(ReaderSpec("parquet", schema=found.ddl))

@@ -84,7 +84,7 @@ def read_address(home: Path) -> dict | None:
     """The running server's address, or None when there is none: no file, or no worker holds
     the home any more (a server killed with -9 leaves its file behind). The active worker's
     lease names it too (after a takeover, the lock may be held by a paused worker, or none)."""
-    from connectql.server.lease import is_live, read_lease
+    from connectql.worker.lease import is_live, read_lease
 
     lease = read_lease(home)
     if is_live(lease) and lease.get("url"):

@@ -188,7 +188,7 @@ def wait_for_lapse(home: Path, stopping: threading.Event, every: float = 0.25) -
     (None when `stopping` is set first). A lease lapses when it is released, or has not changed
     for TTL_S by this process's clock; a home without a lease, when no worker holds its lock
     (`connectql run` holds no lease)."""
-    from connectql.server.home import is_held
+    from connectql.worker.home import is_held
 
     seen, since = None, time.monotonic()
     while not stopping.is_set():

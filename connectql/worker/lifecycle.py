@@ -10,7 +10,7 @@ from typing import Any
 from connectql.catalog import states
 from connectql.connectors.multitable import patterns
 from connectql.errors import ConnectQLError, PlanError
-from connectql.server.results import Result
+from connectql.worker.results import Result
 
 NO_WORKER = (
     "no worker serves this home, so it takes effect when one does: connectql start"

@@ -14,7 +14,7 @@ from pathlib import Path
 from connectql.catalog import states
 from connectql.errors import SchemaEvolved, cause, permanent_cause
 from connectql.runtime.errors import short_error
-from connectql.server import evolution
+from connectql.worker import evolution
 
 log = logging.getLogger("connectql.supervisor")
 

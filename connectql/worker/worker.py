@@ -19,7 +19,6 @@ from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry, table_stream
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
-from connectql.connectors.declared import field_ddl
 from connectql.connectors.multitable import patterns, union_schema
 from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
@@ -34,9 +33,9 @@ from connectql.runtime.errors import short_error
 from connectql.runtime.logs import log_to, redact_spark_log, stop_logging
 from connectql.runtime.retention import check_options
 from connectql.runtime.session import logging_settings, send_jvm_output_to, stop_session
-from connectql.server import describe, lifecycle, settings
-from connectql.server.home import HomeLock, default_home_text, home_of
-from connectql.server.lease import (
+from connectql.worker import describe, lifecycle, settings
+from connectql.worker.home import HomeLock, default_home_text, home_of
+from connectql.worker.lease import (
     Lease,
     catalog_file,
     claim_catalog,
@@ -44,44 +43,14 @@ from connectql.server.lease import (
     refuse_if_active,
     take_epoch,
 )
-from connectql.server.results import Result
-from connectql.server.retainer import Retainer, effective_options
-from connectql.server.supervisor import Supervisor
+from connectql.worker.results import Result
+from connectql.worker.retainer import Retainer, effective_options
+from connectql.worker.schemas import schema_ddl, schema_diff
+from connectql.worker.supervisor import Supervisor
 
 log = logging.getLogger("connectql.worker")
 
 _BUSY = (states.STARTING, states.RUNNING, states.RESTARTING, states.STALLED)
-
-
-def schema_ddl(struct) -> str:
-    return ", ".join(field_ddl(f) for f in struct.fields)
-
-
-def schema_diff(old_json: str, new) -> str:
-    old = {
-        f["name"]: f["type"] if isinstance(f["type"], str) else json.dumps(f["type"])
-        for f in json.loads(old_json)["fields"]
-    }
-    new_f = {
-        f.name: f.dataType.typeName()
-        if f.dataType.typeName() != "decimal"
-        else f.dataType.simpleString()
-        for f in new.fields
-    }
-    parts = [
-        f"only in the stream: {', '.join(sorted(set(old) - set(new_f)))}"
-        if set(old) - set(new_f)
-        else "",
-        f"only in the new source: {', '.join(sorted(set(new_f) - set(old)))}"
-        if set(new_f) - set(old)
-        else "",
-        "; ".join(
-            f"{n} is {old[n]} in the stream but {new_f[n]} in the new source"
-            for n in sorted(set(old) & set(new_f))
-            if old[n] != new_f[n]
-        ),
-    ]
-    return "; ".join(p for p in parts if p)
 
 
 class Worker:

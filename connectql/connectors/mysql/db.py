@@ -90,7 +90,9 @@ class MyDb:
         )
         if not sql:
             return None
-        return arrowread.read(self.address, sql, self._setup(), arrow_schema(schema), _from_text)
+        return arrowread.read(
+            self.address, sql, self._setup(), arrow_schema(schema), _from_text, read_s=self.read_s
+        )
 
     def _setup(self) -> list[str]:
         """connectorx's session: as client.connect's, with the read bound as the server's

@@ -64,7 +64,9 @@ class PgDb:
         )
         if not sql:
             return None
-        return arrowread.read(self.address, sql, self._setup(), arrow_schema(schema))
+        return arrowread.read(
+            self.address, sql, self._setup(), arrow_schema(schema), read_s=self.read_s
+        )
 
     def _setup(self) -> list[str]:
         """connectorx's session: as client.connect's, with the read bound as the server's

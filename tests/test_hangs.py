@@ -17,6 +17,7 @@ import psycopg
 import pymysql
 import pytest
 
+from connectql.connectors import arrowread
 from connectql.connectors.mysql.client import connect_kwargs as my_connect_kwargs
 from connectql.connectors.options import validate
 from connectql.connectors.postgres.client import connect_kwargs as pg_connect_kwargs
@@ -281,6 +282,49 @@ def test_a_locked_target_table_stalls_the_sink_until_the_lock_goes(two_pg, worke
         assert "lock timeout" in worker.catalog.get_connector("dst").last_error
     wait_until(same, 120, what="target equal to source once the lock went")
     wait_until(lambda: state(worker, "dst") == "RUNNING", 60, what="dst RUNNING by itself")
+
+
+# a bulk copy whose read is slow (50 ms a row) in connectorx's sessions only: the worker's own
+# (psycopg's, application_name connectql) read it at once
+SLOW_QUERY = (
+    "SELECT id, qty FROM items WHERE CASE WHEN current_setting(''application_name'') ="
+    " ''connectql'' THEN true ELSE length(pg_sleep(0.05)::text) = 0 END"
+)
+CONNECTORX_READING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid()"
+    " AND application_name <> 'connectql' AND query LIKE '%pg_sleep%'"
+)
+
+
+def test_a_connectorx_read_from_a_suspended_server_gives_up_and_heals(worker):
+    """connectorx (a bulk copy's or snapshot chunk's range read) holds the GIL while it waits
+    and its drivers have no read timeout: suspended mid-read, the read still ends after
+    read.timeout.ms (its watchdog ends the Python worker), the connector is retried while the
+    server is still suspended, and heals after SIGCONT."""
+    with PrivatePostgres() as a:
+        src = Pg(create_database(a.conninfo(), "src"))
+        src.sql("CREATE TABLE items (id int PRIMARY KEY, qty int)")
+        src.insert(1, 100)
+        run(
+            worker,
+            f"""CREATE SOURCE CONNECTOR src FROM postgres INTO items_s WITH (host = '127.0.0.1',
+              port = {a.port}, user = 'postgres', database = 'src', mode = 'bulk',
+              query = '{SLOW_QUERY}', 'poll.interval.ms' = 1000, {BOUNDS});""",
+        )
+        wait_until(lambda: rows_total(worker, "src") >= 100, 120, what="the first copy")
+        wait_until(lambda: src.sql(CONNECTORX_READING)[0][0] > 0, 60, what="a connectorx read")
+        seen = len(events(worker, "src"))
+        with a.suspended():
+            hung = time.monotonic()
+            restarted = lambda: [e for e in events(worker, "src")[seen:] if e[0] == "RESTARTING"]  # noqa: E731
+            error = wait_until(restarted, 60, what="the read gave up")[0][2]
+            gave_up_in = time.monotonic() - hung
+        before = rows_total(worker, "src")
+        wait_until(lambda: state(worker, "src") == "RUNNING", 60, what="src RUNNING by itself")
+        wait_until(lambda: rows_total(worker, "src") >= before + 100, 60, what="copies again")
+    print(f"connectorx read gave up in {gave_up_in:.1f} s: {error}")
+    assert gave_up_in < 8 + arrowread.GRACE_S + 10, error  # read.timeout.ms + grace + a retry
+    assert "crashed" in error or "exited" in error, error
 
 
 # ------------------------------------------------------------------ MariaDB

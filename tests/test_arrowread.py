@@ -124,9 +124,7 @@ def test_every_postgres_value_reads_the_same_through_connectorx_or_falls_back(pg
                 list(PgDb(conn, types).read(src.relation, where, params, schema, ["id"])),
                 schema=pgtypes.arrow_schema(schema),
             )
-            fast = PgDb(conn, types, address).fast(
-                src.relation, where, params, schema, ["id"]
-            )
+            fast = PgDb(conn, types, address).fast(src.relation, where, params, schema, ["id"])
             if fast is None:
                 fell_back.append(column)
                 continue

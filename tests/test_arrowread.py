@@ -77,7 +77,7 @@ def test_every_corpus_column_reads_the_same_through_connectorx_or_falls_back(pla
             types = {"id": "int(11)", name: column_type.lower()}
             schema = _schema(types)
             want = _read(MyDb(conn, types), table, schema, ["0"], ["1000"])
-            got = _read(MyDb(conn, types, address, 300.0), table, schema, ["0"], ["1000"])
+            got = _read(MyDb(conn, types, address), table, schema, ["0"], ["1000"])
             if got is None:
                 fell_back.append(name)
             elif not got.equals(want):
@@ -124,9 +124,7 @@ def test_every_postgres_value_reads_the_same_through_connectorx_or_falls_back(pg
                 list(PgDb(conn, types).read(src.relation, where, params, schema, ["id"])),
                 schema=pgtypes.arrow_schema(schema),
             )
-            fast = PgDb(conn, types, address, 300.0).fast(
-                src.relation, where, params, schema, ["id"]
-            )
+            fast = PgDb(conn, types, address).fast(src.relation, where, params, schema, ["id"])
             if fast is None:
                 fell_back.append(column)
                 continue

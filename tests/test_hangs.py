@@ -8,6 +8,7 @@ The bounds are set small through the options so that each phase takes seconds.""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -19,6 +20,7 @@ import pytest
 
 from connectql.api.routes import Routes
 from connectql.api.serve import ApiServer
+from connectql.connectors import arrowread
 from connectql.connectors.mysql.client import connect_kwargs as my_connect_kwargs
 from connectql.connectors.options import validate
 from connectql.connectors.postgres.client import connect_kwargs as pg_connect_kwargs
@@ -155,10 +157,32 @@ def pause_quickly(api: str, worker, name: str) -> float:
     return took
 
 
+def drop_quickly(api: str, name: str) -> tuple[float, str]:
+    """DROP through the API; how long it took and what it said."""
+    start = time.monotonic()
+    status, body = call(f"{api}/connectors/{name}", "DELETE")
+    took = time.monotonic() - start
+    assert status == 200, body
+    return took, body["message"]
+
+
+def shows_stalled(api: str, worker, name: str, place: str) -> None:
+    """`name` is STALLED waiting on `place`, and so say its HTTP status and the metrics."""
+    wait_until(lambda: state(worker, name) == "STALLED", 30, what=f"{name} STALLED")
+    _, body = call(f"{api}/connectors/{name}/status")
+    assert body["connector"]["state"] == "STALLED", body
+    assert place in body["connector"]["trace"], body
+    _, metrics = call(f"{api}/metrics")
+    sample = rf'connectql_connector_state{{connector="{name}",[^}}]*state="STALLED"[^}}]*}} 1\.0'
+    assert re.search(sample, metrics), [m for m in metrics.splitlines() if name in m]
+
+
 def a_source_hangs(worker, api, server, db, same) -> list[tuple]:
     """Suspend the source's server: `src` leaves RUNNING with the reason and heals by itself
-    after SIGCONT; `src_p`, stuck in its call, is paused at once. `db` changes the source
-    table; `same()` compares target and source. Returns src's events from the hang on."""
+    after SIGCONT; `src_p`, stuck in its call, is STALLED (the HTTP status and the metrics say
+    so), paused at once and then dropped at once (a postgres cdc source's slot cleanup cannot
+    reach the server: it says so). `db` changes the source table; `same()` compares target and
+    source. Returns src's events from the hang on."""
     place = f"127.0.0.1:{server.port}"
     seen = len(events(worker, "src"))
     with Prober(api, "src") as probe:
@@ -169,8 +193,11 @@ def a_source_hangs(worker, api, server, db, same) -> list[tuple]:
             assert place in why, why
             why = wait_until(lambda: left_running(worker, "src_p"), 90, what="src_p not RUNNING")
             assert place in why, why
+            shows_stalled(api, worker, "src_p", place)
             paused_in = pause_quickly(api, worker, "src_p")
             assert paused_in < 10
+            dropped_in, said = drop_quickly(api, "src_p")
+            assert dropped_in < 10, said
             # the bounded call gives up: retried with backoff, the error kept
             wait_until(lambda: state(worker, "src") == "RESTARTING", 60, what="src RESTARTING")
         db.insert(301, 400)
@@ -179,6 +206,7 @@ def a_source_hangs(worker, api, server, db, same) -> list[tuple]:
         wait_until(same, 120, what="target equal to source after the source hung")
         wait_until(lambda: state(worker, "src") == "RUNNING", 60, what="src RUNNING by itself")
     print(f"source hang: src left RUNNING in {left_in:.1f} s, src_p paused in {paused_in:.1f} s,"
+          f" dropped in {dropped_in:.1f} s ({said}),"
           f" API p99 {probe.p99():.3f} s over {len(probe.took)} requests")  # fmt: skip
     assert left_in < 90
     assert probe.failures == [] and probe.p99() < 1.0, (probe.failures, sorted(probe.took)[-5:])
@@ -188,7 +216,9 @@ def a_source_hangs(worker, api, server, db, same) -> list[tuple]:
 
 def a_target_hangs(worker, api, server, db, same) -> None:
     """Suspend the target's server while the source has news: `dst` leaves RUNNING naming the
-    target, the source goes on, and `dst` heals by itself after SIGCONT."""
+    target, the source goes on, and `dst` heals by itself after SIGCONT; `dst_p`, stuck in its
+    write, is STALLED and paused at once."""
+    place = f"127.0.0.1:{server.port}"
     with Prober(api, "dst") as probe:
         with server.suspended():
             before = rows_total(worker, "src")
@@ -196,12 +226,15 @@ def a_target_hangs(worker, api, server, db, same) -> None:
             hung = time.monotonic()
             why = wait_until(lambda: left_running(worker, "dst"), 90, what="dst not RUNNING")
             left_in = time.monotonic() - hung
-            assert f"127.0.0.1:{server.port}" in why, why
+            assert place in why, why
+            shows_stalled(api, worker, "dst_p", place)
+            paused_in = pause_quickly(api, worker, "dst_p")
+            assert paused_in < 10
             wait_until(lambda: rows_total(worker, "src") >= before + 100, 60, what="src going on")
         wait_until(same, 120, what="target equal to source after the target hung")
         wait_until(lambda: state(worker, "dst") == "RUNNING", 60, what="dst RUNNING by itself")
     print(f"target hang: dst left RUNNING in {left_in:.1f} s ({why}),"
-          f" API p99 {probe.p99():.3f} s over {len(probe.took)} requests")  # fmt: skip
+          f" dst_p paused in {paused_in:.1f} s, API p99 {probe.p99():.3f} s over {len(probe.took)} requests")  # fmt: skip
     assert left_in < 90
     assert probe.failures == [] and probe.p99() < 1.0, (probe.failures, sorted(probe.took)[-5:])
 
@@ -232,15 +265,17 @@ class Pg:
 
 
 def pg_pipeline(worker, a, b, stuck: bool = True, sink: str = "") -> tuple[Pg, Pg, object]:
-    """src (and src_p, unless not `stuck`) from a's table items, dst into b's; returns both
-    databases and a check that they are equal."""
+    """src (and src_p and dst_p, unless not `stuck`) from a's table items, dst into b's;
+    returns both databases and a check that they are equal."""
     src = Pg(create_database(a.conninfo(), "src"))
     dst = Pg(create_database(b.conninfo(), "dst"))
     src.sql("CREATE TABLE items (id int PRIMARY KEY, qty int)")
     src.insert(1, 300)
     at = "host = '127.0.0.1', user = 'postgres', port = "
     paused = f"""CREATE SOURCE CONNECTOR src_p FROM postgres INTO items_p WITH ({at}{a.port},
-          database = 'src', table = 'items', {STUCK});"""
+          database = 'src', table = 'items', {STUCK});
+        CREATE SINK CONNECTOR dst_p TO postgres FROM items_s WITH ({at}{b.port},
+          database = 'dst', table = 'items_p', {STUCK});"""
     run(
         worker,
         f"""
@@ -281,6 +316,49 @@ def test_a_locked_target_table_stalls_the_sink_until_the_lock_goes(two_pg, worke
         assert "lock timeout" in worker.catalog.get_connector("dst").last_error
     wait_until(same, 120, what="target equal to source once the lock went")
     wait_until(lambda: state(worker, "dst") == "RUNNING", 60, what="dst RUNNING by itself")
+
+
+# a bulk copy whose read is slow (50 ms a row) in connectorx's sessions only: the worker's own
+# (psycopg's, application_name connectql) read it at once
+SLOW_QUERY = (
+    "SELECT id, qty FROM items WHERE CASE WHEN current_setting(''application_name'') ="
+    " ''connectql'' THEN true ELSE length(pg_sleep(0.05)::text) = 0 END"
+)
+CONNECTORX_READING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid()"
+    " AND application_name <> 'connectql' AND query LIKE '%pg_sleep%'"
+)
+
+
+def test_a_connectorx_read_from_a_suspended_server_gives_up_and_heals(worker):
+    """connectorx (a bulk copy's or snapshot chunk's range read) holds the GIL while it waits
+    and its drivers have no read timeout: suspended mid-read, the read still ends after
+    read.timeout.ms (its watchdog ends the Python worker), the connector is retried while the
+    server is still suspended, and heals after SIGCONT."""
+    with PrivatePostgres() as a:
+        src = Pg(create_database(a.conninfo(), "src"))
+        src.sql("CREATE TABLE items (id int PRIMARY KEY, qty int)")
+        src.insert(1, 100)
+        run(
+            worker,
+            f"""CREATE SOURCE CONNECTOR src FROM postgres INTO items_s WITH (host = '127.0.0.1',
+              port = {a.port}, user = 'postgres', database = 'src', mode = 'bulk',
+              query = '{SLOW_QUERY}', 'poll.interval.ms' = 1000, {BOUNDS});""",
+        )
+        wait_until(lambda: rows_total(worker, "src") >= 100, 120, what="the first copy")
+        wait_until(lambda: src.sql(CONNECTORX_READING)[0][0] > 0, 60, what="a connectorx read")
+        seen = len(events(worker, "src"))
+        with a.suspended():
+            hung = time.monotonic()
+            restarted = lambda: [e for e in events(worker, "src")[seen:] if e[0] == "RESTARTING"]  # noqa: E731
+            error = wait_until(restarted, 60, what="the read gave up")[0][2]
+            gave_up_in = time.monotonic() - hung
+        before = rows_total(worker, "src")
+        wait_until(lambda: state(worker, "src") == "RUNNING", 60, what="src RUNNING by itself")
+        wait_until(lambda: rows_total(worker, "src") >= before + 100, 60, what="copies again")
+    print(f"connectorx read gave up in {gave_up_in:.1f} s: {error}")
+    assert gave_up_in < 8 + arrowread.GRACE_S + 10, error  # read.timeout.ms + grace + a retry
+    assert "crashed" in error or "exited" in error, error
 
 
 # ------------------------------------------------------------------ MariaDB
@@ -325,6 +403,8 @@ def test_mariadb_that_hangs_as_source_and_as_target(two_mariadb, worker, api):
         CREATE SOURCE CONNECTOR src FROM mysql INTO items_s WITH ({at}{a.port}, {BOUNDS});
         CREATE SOURCE CONNECTOR src_p FROM mysql INTO items_p WITH ({at}{a.port}, {STUCK});
         CREATE SINK CONNECTOR dst TO mysql FROM items_s WITH ({at}{b.port}, {BOUNDS});
+        CREATE SINK CONNECTOR dst_p TO mysql FROM items_s WITH (host = '127.0.0.1', user = 'root',
+          database = 'shop', table = 'items_p', port = {b.port}, {STUCK});
         """,
     )
     same = lambda: dst.sql(MY_CHECKSUM) == src.sql(MY_CHECKSUM)  # noqa: E731

@@ -4,14 +4,19 @@ falls back to its own reader for anything else (NOTES.md, "The Arrow floor for a
 
 from __future__ import annotations
 
+import faulthandler
+import os
 import re
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from urllib.parse import quote
 
 import pyarrow as pa
 
 BATCH_ROWS = 65_536
 _INTEGER = re.compile(r"^-?\d{1,19}$")
+# past read.timeout.ms the server's own statement timeout has had its chance to end the read
+GRACE_S = 5.0
 
 
 def inline(sql: str, params: Sequence) -> str | None:
@@ -40,12 +45,15 @@ def url(scheme: str, cfg: dict, default_port: int) -> str | None:
     return f"{scheme}://{user}:{password}@{host}:{port}/{database}"
 
 
-def read(address: str, sql: str, setup, target: pa.Schema, text=None):
+def read(address: str, sql: str, setup, target: pa.Schema, text=None, read_s=None):
     """The rows of `sql` (`setup`: SET statements run first) as record batches of `target`;
     string columns whose target is not a string or binary go through `text(array, type)`
     (default: Arrow's cast). None when connectorx cannot read the query (a column type it
-    does not know: it raises, or panics)."""
-    reader = batches(address, sql, setup)
+    does not know: it raises, or panics), or when a read bound (`read_s`) cannot be kept
+    here (see watchdog): the caller's bounded driver reads it instead."""
+    if read_s is not None and not can_watch():
+        return None
+    reader = batches(address, sql, setup, read_s)
     try:
         first = next(reader, None)
     except (KeyboardInterrupt, SystemExit):
@@ -55,12 +63,51 @@ def read(address: str, sql: str, setup, target: pa.Schema, text=None):
     return _cast(first, reader, target, text)
 
 
-def batches(address: str, sql: str, setup) -> Iterator[pa.RecordBatch]:
+def batches(address: str, sql: str, setup, read_s=None) -> Iterator[pa.RecordBatch]:
+    """The batches of `sql`; each call into connectorx (connecting and running the query, each
+    next batch) ends the process if it takes longer than `read_s` + GRACE_S (watchdog)."""
     import connectorx
 
-    yield from connectorx.read_sql(
-        address, sql, return_type="arrow_stream", pre_execution_query=setup, batch_size=BATCH_ROWS
-    )
+    with watchdog(read_s):
+        stream = iter(
+            connectorx.read_sql(
+                address, sql, return_type="arrow_stream", pre_execution_query=setup,
+                batch_size=BATCH_ROWS,
+            )
+        )  # fmt: skip
+    while True:
+        with watchdog(read_s):
+            batch = next(stream, None)
+        if batch is None:
+            return
+        yield batch
+
+
+def can_watch() -> bool:
+    """In a Spark task of a Python worker (the process a watchdog may end), unless Spark's
+    own periodic traceback dumps (spark.python.worker.tracebackDumpIntervalSeconds) use
+    faulthandler's one timer."""
+    from pyspark import TaskContext
+
+    dumping = int(os.environ.get("PYTHON_TRACEBACK_DUMP_INTERVAL_SECONDS") or 0) > 0
+    return TaskContext.get() is not None and not dumping
+
+
+@contextmanager
+def watchdog(read_s: float | None):
+    """Ends the process (exit code 1, the stuck thread's traceback on stderr) if the body
+    runs longer than `read_s` + GRACE_S. connectorx holds the GIL while it waits on the server
+    and its Rust drivers have no read timeout, so nothing in Python (a thread, a signal) can
+    end a read from a server that stopped answering: faulthandler's timer is a C thread. Spark
+    then fails the task (the Python worker crashed) and the connector is retried."""
+    if read_s is None:
+        yield
+        return
+    faulthandler.dump_traceback_later(read_s + GRACE_S, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def _cast(first, reader, target: pa.Schema, text) -> Iterator[pa.RecordBatch]:

@@ -79,7 +79,8 @@ class MyDb:
 
     def fast(self, relation, where, params, schema, order) -> Iterator[pa.RecordBatch] | None:
         """The rows through connectorx; None when it cannot read them (no address, bounds on
-        columns that are not integers, a column type it does not know)."""
+        columns that are not integers, a column type it does not know) or cannot keep
+        read.timeout.ms here (arrowread.read)."""
         integers = all(self._column(c).data_type in INTEGERS for c in order)
         if any(self._column(f.name).data_type in GEOMETRY_TYPES for f in schema):
             return None  # connectorx panics on them
@@ -90,7 +91,9 @@ class MyDb:
         )
         if not sql:
             return None
-        return arrowread.read(self.address, sql, self._setup(), arrow_schema(schema), _from_text)
+        return arrowread.read(
+            self.address, sql, self._setup(), arrow_schema(schema), _from_text, read_s=self.read_s
+        )
 
     def _setup(self) -> list[str]:
         """connectorx's session: as client.connect's, with the read bound as the server's

@@ -53,7 +53,8 @@ class PgDb:
 
     def fast(self, relation, where, params, schema, order) -> Iterator[pa.RecordBatch] | None:
         """The rows through connectorx; None when it cannot read them exactly (no address,
-        bounds on columns that are not integers, a column type outside fast_list's)."""
+        bounds on columns that are not integers, a column type outside fast_list's) or cannot
+        keep read.timeout.ms here (arrowread.read)."""
         columns = self.fast_list(schema)
         integers = all(self.types.get(c) in INTEGERS for c in order)
         sql = (
@@ -64,7 +65,9 @@ class PgDb:
         )
         if not sql:
             return None
-        return arrowread.read(self.address, sql, self._setup(), arrow_schema(schema))
+        return arrowread.read(
+            self.address, sql, self._setup(), arrow_schema(schema), read_s=self.read_s
+        )
 
     def _setup(self) -> list[str]:
         """connectorx's session: as client.connect's, with the read bound as the server's

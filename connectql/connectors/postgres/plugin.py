@@ -86,9 +86,15 @@ def count(cfg) -> int:
         )
 
 
+# DROP waits this long at most on the server for the slot's cleanup (a server that hangs
+# would otherwise hold the DROP for connect.timeout.ms); what it could not drop it says
+DROP_BOUNDS = {"connect.timeout.ms": 3000, "read.timeout.ms": 10_000}
+
+
 def drop_source(opts: dict[str, Any], connector: str) -> str | None:
     """DROP CONNECTOR of a cdc source drops its replication slot (it would pin WAL forever) and
-    its publication (named as the slot)."""
+    its publication (named as the slot), within DROP_BOUNDS (or the connector's own, if
+    shorter)."""
     from connectql.connectors.postgres.cdc import drop_publication, drop_slot
     from connectql.connectors.postgres.client import connect
     from connectql.connectors.postgres.source import default_slot
@@ -96,7 +102,7 @@ def drop_source(opts: dict[str, Any], connector: str) -> str | None:
     if opts.get("mode", "cdc") != "cdc":
         return None
     slot = opts.get("slot.name") or default_slot(connector)
-    with connect(connection_config(opts), autocommit=True) as conn:
+    with connect(drop_config(opts), autocommit=True) as conn:
         dropped = [
             f"{what} {slot}"
             for what, done in (
@@ -106,6 +112,15 @@ def drop_source(opts: dict[str, Any], connector: str) -> str | None:
             if done
         ]
     return f"dropped {' and '.join(dropped)}" if dropped else None
+
+
+def drop_config(opts: dict[str, Any]) -> dict[str, Any]:
+    """The connection config of the cleanup: the connector's bounds capped by DROP_BOUNDS."""
+    cfg = connection_config(opts)
+    for key, cap in DROP_BOUNDS.items():
+        own = int(cfg.get(key) or BOUND_OPTIONS[key].default)
+        cfg[key] = min(own, cap) if own > 0 else cap
+    return cfg
 
 
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:

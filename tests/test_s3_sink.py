@@ -11,10 +11,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
+from connectql.config import validate
 from connectql.connectors.s3 import records
 from connectql.connectors.s3.objects import ObjectFormat
 from connectql.connectors.s3.records import Format
-from connectql.errors import ConnectQLError
+from connectql.connectors.s3.sink import S3Sink
+from connectql.errors import ConnectQLError, PermanentError
 from tests.helpers import replay_last_batch, run, wait_until
 from tests.s3server import bucket, s3server  # noqa: F401
 
@@ -164,3 +166,18 @@ def test_a_bad_template_or_compression_is_refused_at_create(worker, s3server, bu
     with pytest.raises(ConnectQLError, match="compression 'snappy' is not available for jsonl"):
         run(worker, pipeline(s3server, bucket, format="jsonl", compression="snappy"))
     assert not worker.catalog.has_connector("out")
+
+
+def test_an_object_bigger_than_s3_copies_in_one_request_is_refused(s3server, bucket):  # noqa: F811
+    """The commit copies each staged object once, server-side, and S3 copies at most 5 GiB in
+    one request: staging a bigger object fails naming file.max.records (a 300-byte limit stands
+    in for 5 GiB)."""
+    given = {**s3server.options(), "bucket": bucket, "format": "jsonl"}
+    sink = S3Sink(validate({o.name: o for o in S3Sink.options}, given, "s3 sink"))
+    sink.COPY_LIMIT = 300
+    with pytest.raises(PermanentError, match=r"an object of 25 records is \d+ bytes, more than"):
+        sink.stage("w", 0, 0, TABLE)
+    with pytest.raises(PermanentError, match="set file.max.records lower, e.g. [1-9]"):
+        sink.stage("w", 0, 0, TABLE)
+    staged = sink.stage("w", 1, 0, TABLE.slice(0, 2))
+    assert [(task, records) for task, _key, records in staged] == [(0, 2)]

@@ -11,11 +11,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
+from connectql.config import validate
 from connectql.connectors.s3 import records
 from connectql.connectors.s3.objects import ObjectFormat
 from connectql.connectors.s3.records import Format
-from connectql.errors import ConnectQLError
-from tests.helpers import replay_last_batch, run
+from connectql.connectors.s3.sink import S3Sink
+from connectql.errors import ConnectQLError, PermanentError
+from tests.helpers import replay_last_batch, run, wait_until
 from tests.s3server import bucket, s3server  # noqa: F401
 
 pytestmark = pytest.mark.spark
@@ -63,6 +65,17 @@ def objects(fs, name: str) -> dict[str, bytes]:
     return found
 
 
+def ids_by_object(fs, name: str) -> dict[str, list[int]]:
+    """The ids of the records in each jsonl data object, by key."""
+    found = {}
+    for key in sorted(objects(fs, name)):
+        handle, _ = records.open_object(fs, f"{name}/{key}", Format("jsonl"))
+        with handle:
+            chunks = records.chunks(handle, Format("jsonl"), SCHEMA, 0, 1_000_000)
+            found[key] = [r["id"] for c in chunks for r in c.batch.to_pylist()]
+    return found
+
+
 def pipeline(server, name: str, **sink) -> str:
     opts = {**server.options(), "bucket": name, **sink}
     given = ", ".join(f"'{k}' = '{v}'" for k, v in opts.items())
@@ -81,15 +94,9 @@ def test_objects_named_by_template_roll_by_records_and_hold_every_row(
     run(worker, pipeline(s3server, bucket, format="jsonl", **{"file.max.records": 10}))
     worker.wait_for_once()
     fs = s3server.filesystem()
-    found = objects(fs, bucket)
-    assert sorted(found) == [f"events/0/{n:020d}.jsonl" for n in (0, 10, 20)]
-    ids = []
-    for key in sorted(found):
-        handle, _ = records.open_object(fs, f"{bucket}/{key}", Format("jsonl"))
-        with handle:
-            chunks = records.chunks(handle, Format("jsonl"), SCHEMA, 0, 100)
-            ids += [r["id"] for c in chunks for r in c.batch.to_pylist()]
-    assert ids == list(range(25))
+    found = ids_by_object(fs, bucket)
+    assert list(found) == [f"events/0/{n:020d}.jsonl" for n in (0, 10, 20)]
+    assert [i for ids in found.values() for i in ids] == list(range(25))
     assert not [
         i
         for i in fs.get_file_info(pafs.FileSelector(f"{bucket}/_connectql", recursive=True))
@@ -109,11 +116,16 @@ def test_compressed_objects_are_what_other_tools_read(worker, s3server, bucket):
 
 
 def test_file_flush_interval_rolls_objects_by_time(worker, s3server, bucket):  # noqa: F811
-    """file.flush.interval.ms is the sink's trigger: a continuous sink writes its objects at
-    most that often; with trigger.interval as well it is refused."""
-    opts = {**s3server.options(), "bucket": bucket}
+    """file.flush.interval.ms is the sink's trigger: a continuous sink fed 10 records a second
+    for 10 s writes several objects over time, each named by the records before it, holding
+    every record once; with trigger.interval as well it is refused."""
+    opts = {**s3server.options(), "bucket": bucket, "format": "jsonl"}
     given = ", ".join(f"'{k}' = '{v}'" for k, v in opts.items())
-    run(worker, "CREATE SOURCE CONNECTOR gen FROM datagen INTO events WITH ('rows.total' = 5)")
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR gen FROM datagen INTO events WITH ('rows.total' = 100,"
+        " 'rows.per.second' = 10, fields = 'id BIGINT SEQUENCE, name STRING RANDOM(4)')",
+    )
     sink = f"CREATE SINK CONNECTOR out TO s3 FROM events WITH ({given}"
     plan = run(worker, f"EXPLAIN {sink}, 'file.flush.interval.ms' = 2500)")[0]
     assert dict(plan.rows)["trigger"] == "every 2500 ms"
@@ -122,6 +134,17 @@ def test_file_flush_interval_rolls_objects_by_time(worker, s3server, bucket):  #
     with pytest.raises(ConnectQLError, match="file.flush.interval.ms must be at least 1"):
         run(worker, f"{sink}, 'file.flush.interval.ms' = 0)")
     assert not worker.catalog.has_connector("out")
+    run(worker, f"{sink}, 'file.flush.interval.ms' = 1000, 'tasks.max' = 1)")
+    fs = s3server.filesystem()
+    total = lambda: sum(len(ids) for ids in ids_by_object(fs, bucket).values())  # noqa: E731
+    wait_until(lambda: total() >= 100, 120, 0.5, "every record in objects")
+    found = ids_by_object(fs, bucket)
+    assert len(found) > 1, found
+    assert sorted(i for ids in found.values() for i in ids) == list(range(100))
+    before = 0  # each name's start offset: the records the sink wrote before the object
+    for key, ids in sorted(found.items()):
+        assert key == f"events/0/{before:020d}.jsonl"
+        before += len(ids)
 
 
 def test_a_replayed_batch_writes_the_same_names_and_content(home, spark, s3server, bucket):  # noqa: F811
@@ -143,3 +166,18 @@ def test_a_bad_template_or_compression_is_refused_at_create(worker, s3server, bu
     with pytest.raises(ConnectQLError, match="compression 'snappy' is not available for jsonl"):
         run(worker, pipeline(s3server, bucket, format="jsonl", compression="snappy"))
     assert not worker.catalog.has_connector("out")
+
+
+def test_an_object_bigger_than_s3_copies_in_one_request_is_refused(s3server, bucket):  # noqa: F811
+    """The commit copies each staged object once, server-side, and S3 copies at most 5 GiB in
+    one request: staging a bigger object fails naming file.max.records (a 300-byte limit stands
+    in for 5 GiB)."""
+    given = {**s3server.options(), "bucket": bucket, "format": "jsonl"}
+    sink = S3Sink(validate({o.name: o for o in S3Sink.options}, given, "s3 sink"))
+    sink.COPY_LIMIT = 300
+    with pytest.raises(PermanentError, match=r"an object of 25 records is \d+ bytes, more than"):
+        sink.stage("w", 0, 0, TABLE)
+    with pytest.raises(PermanentError, match="set file.max.records lower, e.g. [1-9]"):
+        sink.stage("w", 0, 0, TABLE)
+    staged = sink.stage("w", 1, 0, TABLE.slice(0, 2))
+    assert [(task, records) for task, _key, records in staged] == [(0, 2)]

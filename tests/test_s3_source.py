@@ -1,7 +1,8 @@
 """The s3 source through a real worker and SeaweedFS: records of every object exactly once in key
 order with `__source`, batches that end inside an object, objects added while running, replaced
-objects read again, bad records as dead letters or a failure naming object and line, and a
-schema inferred at CREATE."""
+objects read again, objects chosen by a glob or regex pattern, lag in objects and bytes in
+`connectors`, bad records as dead letters or a failure naming object and line, a schema inferred
+at CREATE, and refusals naming what is wrong."""
 
 from __future__ import annotations
 
@@ -84,6 +85,41 @@ def test_objects_in_key_order_exactly_once_across_batches_ending_mid_object(
     assert state(worker, "landing") == "RUNNING"
 
 
+def lags(worker) -> tuple:
+    """The source's lag (objects not read to the end), lag_bytes and rows in the stream."""
+    found = worker.catalog.query("SELECT lag, lag_bytes FROM connectors WHERE name = 'landing'")
+    lag, lag_bytes = found[1][0]
+    return lag, lag_bytes, len(stream_rows(worker, "events"))
+
+
+def test_objects_and_bytes_left_are_in_connectors_mid_run_and_zero_at_the_end(
+    worker,
+    s3server,  # noqa: F811
+    bucket,  # noqa: F811
+):
+    """A glob pattern chooses the objects; a batch every 10 minutes of 3 records leaves both
+    matching objects unfinished after the first, until a short trigger lets it catch up."""
+    fs = s3server.filesystem()
+    put(fs, f"{bucket}/in/a.jsonl", jsonl(rows(0, 7)))
+    put(fs, f"{bucket}/in/b.jsonl.gz", gzip.compress(jsonl(rows(7, 12))))
+    put(fs, f"{bucket}/in/c.csv", b"id,name,v\n100,x,1.0\n")  # not matched by the glob
+    sizes = sum(fs.get_file_info(f"{bucket}/in/{k}").size for k in ("a.jsonl", "b.jsonl.gz"))
+    opts = with_options(s3server, bucket, prefix="in/", pattern="in/*.jsonl*")
+    run(
+        worker,
+        f"CREATE SOURCE CONNECTOR landing FROM s3 INTO events WITH ({opts},"
+        " schema = 'id BIGINT, name STRING, v DOUBLE', 'batch.max.records' = 3,"
+        " 'trigger.interval' = '10 minutes')",
+    )
+    wait_until(lambda: lags(worker)[2] == 3, what="the first batch")
+    wait_until(lambda: lags(worker)[0] is not None, what="the first batch's progress")
+    assert lags(worker) == (2, sizes, 3)
+    run(worker, "ALTER CONNECTOR landing SET ('trigger.interval' = '100 milliseconds')")
+    wait_until(lambda: lags(worker) == (0, 0, 12), what="every record, nothing left")
+    assert [r[0] for r in stream_rows(worker, "events")] == list(range(12))
+    assert run(worker, "SELECT lag_bytes FROM connectors WHERE name = 'landing'")[0].rows == [(0,)]
+
+
 def committed_keys(worker) -> list[str]:
     found = worker.catalog.query(
         "SELECT committed_offset FROM connector_offsets WHERE connector = 'landing'"
@@ -128,9 +164,12 @@ def test_a_bad_record_fails_the_connector_naming_object_and_line(worker, s3serve
 
 
 def test_schema_is_inferred_from_the_first_object_at_create(worker, s3server, bucket):  # noqa: F811
+    """... from the first object the regex pattern chooses (0.txt comes first and is no jsonl)."""
     fs = s3server.filesystem()
+    put(fs, f"{bucket}/in/0.txt", b"not json\n")
     put(fs, f"{bucket}/in/a.jsonl", jsonl(rows(0, 2)))
-    opts = with_options(s3server, bucket, prefix="in/")
+    regex = {"pattern": "[.]jsonl$", "pattern.type": "regex"}
+    opts = with_options(s3server, bucket, prefix="in/", **regex)
     run(worker, f"CREATE SOURCE CONNECTOR landing FROM s3 INTO events WITH ({opts}, run = 'once')")
     worker.wait_for_once()
     assert worker.catalog.get_stream("events").schema == (
@@ -154,4 +193,8 @@ def test_an_empty_prefix_or_a_missing_bucket_is_refused_naming_the_place(worker,
     missing = with_options(s3server, "no-such-bucket")
     with pytest.raises(ConnectQLError, match="there is no bucket no-such-bucket at http://"):
         run(worker, f"CREATE SOURCE CONNECTOR landing FROM s3 INTO events WITH ({missing})")
+    both = with_options(s3server, bucket, prefix="in/")
+    half = both.replace(f", 'secret.key' = '{SECRET_KEY}'", "")
+    with pytest.raises(ConnectQLError, match="access.key is given without secret.key: give both"):
+        run(worker, f"CREATE SOURCE CONNECTOR landing FROM s3 INTO events WITH ({half})")
     assert not worker.catalog.has_connector("landing")

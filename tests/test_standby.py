@@ -18,7 +18,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from connectql.api.client import Remote
+from connectql.api.client import Remote, RemoteError
 from connectql.connectors.dbsink import PROGRESS_TABLE, Fenced
 from connectql.connectors.postgres.sink import PgTarget
 from tests.crash import (
@@ -100,31 +100,33 @@ def health(url: str) -> dict | None:
 
 @pytest.fixture
 def pair(tmp_path):
-    """start() -> (active process, its url, standby process, its url) on one home; both
+    """start() -> (active process, its url, standby process, its url) on one home;
+    standby(active_url, tag) -> (process, url) of one more standby once it stands by; all
     stopped afterwards, nothing of them left."""
     home, logs = tmp_path / "home", tmp_path / "logs"
     procs = []
+
+    def standby(active_url: str, tag: str):
+        port = free_port()
+        proc = start_connectql(home, ["server", "--standby", "--port", str(port)], logs, tag)
+        procs.append((proc, None))
+        url = f"http://127.0.0.1:{port}"
+
+        def standing_by():
+            assert proc.poll() is None, describe(logs, home, tag)
+            h = health(url)
+            return h and h["role"] == "standby" and h["active"] == active_url
+
+        wait_until(standing_by, 120, 0.5, f"the {tag}'s /health")
+        return proc, url
 
     def start():
         active = server_process(home, logs, "active")
         proc, url = active.__enter__()
         procs.append((proc, active))
-        port = free_port()
-        standby = start_connectql(
-            home, ["server", "--standby", "--port", str(port)], logs, "standby"
-        )
-        procs.append((standby, None))
-        standby_url = f"http://127.0.0.1:{port}"
+        return (proc, url, *standby(url, "standby"))
 
-        def standing_by():
-            assert standby.poll() is None, describe(logs, home, "standby")
-            h = health(standby_url)
-            return h and h["role"] == "standby" and h["active"] == url
-
-        wait_until(standing_by, 120, 0.5, "the standby's /health")
-        return proc, url, standby, standby_url
-
-    start.home, start.logs = home, logs
+    start.home, start.logs, start.standby = home, logs, standby
     yield start
     for proc, _context in reversed(procs):
         for pid in session_members(proc.pid):  # a paused one cannot stop
@@ -208,6 +210,13 @@ def test_kill_9_of_the_active_worker_the_standby_takes_over_and_loses_nothing(
         "src": "RUNNING",
         "dst": "RUNNING",
     }, r.stderr
+    # a new standby may start on the home: it stands by, naming the worker active now
+    second, second_url = pair.standby(standby_url, "second standby")
+    assert health(standby_url)["role"] == "active" and health(standby_url)["epoch"] == 2
+    with pytest.raises(RemoteError) as refused:  # it runs nothing, answers nothing but /health
+        Remote(second_url).request("GET", "/connectors")
+    assert refused.value.status == 503 and standby_url in str(refused.value)
+    assert running(standby_url, {"src", "dst"})()
 
 
 DATAGEN = """

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from connectql.errors import PermanentError
+from connectql.runtime.engine import field_lag, lag
 from connectql.toolkit.spark import Pacer
 from connectql.toolkit.testing import SinkRun, SourceRun
 from tests.toolkit_connectors import Counter, JsonDir, written
@@ -70,3 +71,11 @@ def test_a_pace_needs_the_offset_key_that_counts_records():
     assert paced.allowed({"n": 3}) == 0
     now[0] = 0.45
     assert paced.allowed({"n": 3}) == 4 and paced.allowed({"n": 5}) == 2
+
+
+def test_lag_bytes_is_latest_minus_end_of_its_key_whatever_lag_the_source_reports():
+    end, latest = '{"done": 1, "bytes": 300}', '{"done": 3, "bytes": 1000, "lag": 7}'
+    assert (lag(end, latest, "done"), field_lag(end, latest, "bytes")) == (7, 700)
+    assert lag(end, '{"done": 3, "bytes": 1000}', "done") == 2
+    assert field_lag(end, latest, None) is None and field_lag(None, latest, "bytes") is None
+    assert field_lag(end, '{"done": 3}', "bytes") is None  # a key the offset lacks

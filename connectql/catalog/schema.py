@@ -103,6 +103,14 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        7,
+        "a source's lag in bytes where it can say (s3: bytes of objects not read to the end)",
+        ["ALTER TABLE connectors ADD COLUMN lag_bytes BIGINT"],
+    )
+)
+
 LATEST = MIGRATIONS[-1][0]
 
 # connector_metrics keeps this many recent batches per connector

@@ -329,10 +329,10 @@ class Catalog:
                 "UPDATE connectors SET rows_total = rows_total + ?, rows_written = rows_written + ?,"
                 " rows_filtered = rows_filtered + ?, rows_dead_lettered = rows_dead_lettered + ?,"
                 " rows_per_sec = CASE WHEN state IN ? THEN ? ELSE 0 END, last_batch_at = ?,"
-                " lag = CASE WHEN kind = 'sink' OR type = 'file' THEN lag ELSE ? END"
-                " WHERE name = ?",
+                " lag = CASE WHEN kind = 'sink' OR type = 'file' THEN lag ELSE ? END,"
+                " lag_bytes = ? WHERE name = ?",
                 [*counts, list(states.MOVING), p["processed_rows_per_sec"], p["started_at"]]
-                + [p.get("lag"), name],
+                + [p.get("lag"), p.get("lag_bytes"), name],
             )
             if p.get("end_offset") is not None:
                 self.con.execute(

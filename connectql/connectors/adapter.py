@@ -76,6 +76,7 @@ def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
         options,
         schema=schema,
         lag_field=connector.source.lag_field,
+        lag_bytes_field=connector.source.lag_bytes_field,
         total_rows=_call(where, source.total_records),
         secret_options=_hidden(options),
         corrupt_column=DEAD_LETTER_COLUMN if tolerant else None,

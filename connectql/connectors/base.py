@@ -28,6 +28,7 @@ class ReaderSpec:
     path: str | None = None
     schema: str | None = None  # Spark DDL; None = inferred from the data when the plan starts
     lag_field: str | None = None  # numeric key of the offset dict whose latest - end is the lag
+    lag_bytes_field: str | None = None  # the same, counting bytes: connectors.lag_bytes
     total_rows: int | None = None  # known size of bounded work (for progress bars)
     # the size of bounded work only the source can tell (a cdc snapshot's table), asked once
     # by whoever shows progress

@@ -39,9 +39,17 @@ def lag(end: str | None, latest: str | None, field: str | None) -> int | None:
         reported = json.loads(latest) if latest else None
         if isinstance(reported, dict) and "lag" in reported:
             return max(0, int(reported["lag"]))
-        if not (end and field and reported):
+    except (ValueError, TypeError):
+        return None
+    return field_lag(end, latest, field)
+
+
+def field_lag(end: str | None, latest: str | None, field: str | None) -> int | None:
+    """latest[field] - end[field], whatever else the source reports; None without a field."""
+    try:
+        if not (end and latest and field):
             return None
-        return max(0, int(reported[field]) - int(json.loads(end)[field]))
+        return max(0, int(json.loads(latest)[field]) - int(json.loads(end)[field]))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -63,7 +71,9 @@ def _offset_json(text: str | None) -> str | None:
     return text if text and text.lstrip().startswith(("{", "[")) else None
 
 
-def progress_row(p, lag_field: str | None, dead_lettered: int = 0) -> dict[str, Any]:
+def progress_row(
+    p, lag_field: str | None, dead_lettered: int = 0, lag_bytes_field: str | None = None
+) -> dict[str, Any]:
     src = p.sources[0] if p.sources else None
     end, latest = (
         (_offset_json(src.endOffset), _offset_json(src.latestOffset)) if src else (None, None)
@@ -87,6 +97,7 @@ def progress_row(p, lag_field: str | None, dead_lettered: int = 0) -> dict[str, 
         "latest_offset": latest,
         "lag": lag(end, latest, lag_field),
         "rows_behind": rows_behind(end, latest, lag_field),
+        "lag_bytes": field_lag(end, latest, lag_bytes_field),
     }
 
 
@@ -314,7 +325,8 @@ class Engine:
         dead = self._dead.pop((name, p.batchId), 0)  # a source's, from its stream writer
         if plan.kind == "sink" and plan.deadletter_path:  # a database sink's, from its stream
             dead = rejected_rows(plan, p.batchId)
-        self.on_progress(name, progress_row(p, plan.reader.lag_field, dead))
+        reader = plan.reader
+        self.on_progress(name, progress_row(p, reader.lag_field, dead, reader.lag_bytes_field))
 
     def _flush_progress(self, query) -> None:
         for p in query.recentProgress:

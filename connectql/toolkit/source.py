@@ -61,6 +61,9 @@ class Source:
     #: a numeric key of the offset dict counting records: lag = latest[lag_field] -
     #: end[lag_field]; pacing (records_per_second) counts records by it too
     lag_field: ClassVar[str | None] = None
+    #: a numeric key of the offset dict counting bytes: lag_bytes = latest[lag_bytes_field] -
+    #: end[lag_bytes_field], shown as connectors.lag_bytes (None: the column stays NULL)
+    lag_bytes_field: ClassVar[str | None] = None
     #: how often a call that raised Retryable is tried again, and the first wait (it doubles)
     retries: ClassVar[int] = 3
     retry_backoff_ms: ClassVar[int] = 200

@@ -20,7 +20,7 @@ from connectql.connectors.s3.objects import (
 )
 from connectql.connectors.s3.options import STORE_OPTIONS
 from connectql.connectors.s3.store import INTERNAL, place_of, require_bucket
-from connectql.errors import ValidationError
+from connectql.errors import PermanentError, ValidationError
 from connectql.toolkit import Retryable, Sink
 
 SINK_OPTIONS = (
@@ -49,8 +49,9 @@ SINK_OPTIONS = (
     Option(
         "file.max.records",
         "int",
-        doc="at most this many records per object; absent: one object per task and micro-batch"
-        " (objects roll at every micro-batch: file.flush.interval.ms sets how often)",
+        doc="at most this many records per object: keep objects under 5 GiB, the most S3 copies"
+        " in one request (the commit's server-side copy); absent: one object per task and"
+        " micro-batch (objects roll at every micro-batch: file.flush.interval.ms sets how often)",
     ),
     Option(
         "file.flush.interval.ms",
@@ -68,6 +69,9 @@ class S3Sink(Sink):
 
     options = SINK_OPTIONS
     delivery = "exactly-once"
+    #: the commit publishes each object with one server-side copy (CopyObject), and S3 copies
+    #: at most 5 GiB in one request
+    COPY_LIMIT = 5 * 1024**3
 
     def __init__(self, opts: dict[str, Any]):
         super().__init__(opts)
@@ -119,8 +123,20 @@ class S3Sink(Sink):
             # the format compresses; pyarrow would compress a second time by the suffix
             with self.fs.open_output_stream(self.place.path(key), compression=None) as out:
                 self.format.write(out, piece)
+            self._copyable(key, piece.num_rows)
             staged.append([task, key, piece.num_rows])
         return staged
+
+    def _copyable(self, key: str, records: int) -> None:
+        """A PermanentError naming file.max.records for an object the commit cannot copy."""
+        size = self.fs.get_file_info(self.place.path(key)).size
+        if size > self.COPY_LIMIT:
+            fits = max(1, records * self.COPY_LIMIT // size // 2)
+            raise PermanentError(
+                f"s3 sink: an object of {records} records is {size} bytes, more than the"
+                f" {self.COPY_LIMIT} bytes S3 copies in one request (the commit publishes each"
+                f" object with one server-side copy); set file.max.records lower, e.g. {fits}"
+            )
 
     # -- driver ---------------------------------------------------------------------------
     def last_batch(self, writer: str) -> int | None:

@@ -33,6 +33,7 @@ class S3Source(Source):
 
     options = tuple(declared.SOURCE_OPTIONS.values())
     lag_field = "done"  # objects not yet read to the end
+    lag_bytes_field = "bytes"  # their bytes
 
     def __init__(self, opts: dict[str, Any]):
         super().__init__(opts)

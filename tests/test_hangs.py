@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 import psycopg
 import pymysql
@@ -281,6 +282,41 @@ def test_a_locked_target_table_stalls_the_sink_until_the_lock_goes(two_pg, worke
         assert "lock timeout" in worker.catalog.get_connector("dst").last_error
     wait_until(same, 120, what="target equal to source once the lock went")
     wait_until(lambda: state(worker, "dst") == "RUNNING", 60, what="dst RUNNING by itself")
+
+
+@pytest.fixture
+def shared_db(pg_shared):
+    """A fresh database on the shared server: (name, Pg); dropped after the worker closed."""
+    name = f"cq_{uuid.uuid4().hex[:8]}"
+    yield name, Pg(create_database(pg_shared.conninfo(), name))
+    with psycopg.connect(pg_shared.conninfo(), autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_the_workers_stall_timeout_applies_to_a_hung_batch(shared_db, worker):
+    """SET stall.timeout.ms reaches the hang check, not only the lag check: a sink whose batch
+    waits on a locked target table is STALLED after the worker's 2 s, not the default 60 s
+    (by which time its lock wait would have given up)."""
+    name, dst = shared_db
+    dst.sql("CREATE TABLE items (id bigint)")
+    run(
+        worker,
+        f"""
+        SET stall.timeout.ms = 2000;
+        CREATE SOURCE CONNECTOR g FROM datagen INTO s WITH ('rows.total' = 10,
+          fields = 'id BIGINT SEQUENCE', 'initial.state' = 'paused');
+        CREATE SINK CONNECTOR dst TO postgres FROM s WITH (host = '127.0.0.1', port = 5432,
+          user = 'postgres', database = '{name}', table = 'items');
+        """,
+    )
+    wait_until(lambda: state(worker, "dst") == "RUNNING", 60, what="dst RUNNING")
+    with psycopg.connect(dst.info) as locker:  # a transaction holding the lock until it ends
+        locker.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        run(worker, "RESUME CONNECTOR g")
+        wait_until(lambda: state(worker, "dst") == "STALLED", 40, what="dst STALLED")
+        reason = events(worker, "dst")[-1][1]
+        assert reason.startswith("batch 0 waiting") and "(target write)" in reason, reason
+    wait_until(lambda: dst.sql("SELECT count(*) FROM items") == [(10,)], 60, what="the rows")
 
 
 # ------------------------------------------------------------------ MariaDB

@@ -160,7 +160,8 @@ def test_worker_settings_are_the_default_of_connectors_that_do_not_set_them(spar
     try:
         run(w, "SET errors.retry.max = 1; SET 'errors.retry.backoff.ms' = 70")
         run(w, "SET stall.timeout.ms = 1234")
-        assert w.options_of("f")["stall.timeout.ms"] == 1234  # what the stall check uses
+        # what the lag and hang checks read; test_hangs.py observes a batch STALLED by it
+        assert w.options_of("f")["stall.timeout.ms"] == 1234
         assert w.options_of("g")["errors.retry.max"] == 1
         w.resume_all()
         wait_until(lambda: w.catalog.state_of("f") == "FAILED", timeout=90, what="FAILED")
@@ -405,7 +406,7 @@ AUDIT = {
     "initial.state": "test_supervision.py::test_initial_state_paused_creates_without_starting",
     "SET errors.retry.max": "test_options.py::test_worker_settings_are_the_default_of_connectors_that_do_not_set_them",
     "SET errors.retry.backoff.ms": "test_options.py::test_worker_settings_are_the_default_of_connectors_that_do_not_set_them",
-    "SET stall.timeout.ms": "test_options.py::test_worker_settings_are_the_default_of_connectors_that_do_not_set_them",
+    "SET stall.timeout.ms": "test_hangs.py::test_the_workers_stall_timeout_applies_to_a_hung_batch",
     "datagen source rows.total": "test_supervision.py::test_pause_keeps_the_offset_and_resume_delivers_the_rest",
     "datagen source rows.per.second": "test_datagen.py::test_pacing_by_wall_clock",
     "datagen source batch.max.records": "test_datagen.py::test_batch_max_records_and_rows_per_batch_both_cap_a_batch",

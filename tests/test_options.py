@@ -248,6 +248,13 @@ def test_sink_refusals_and_alter_initial_state(worker, tmp_path):
             f"CREATE SINK CONNECTOR f TO file FROM s WITH (path = '{tmp_path / 'o'}',"
             " 'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'dl')",
         )
+    # s3's is a toolkit sink: the toolkit gives sinks no dead-letter path
+    with pytest.raises(ConnectQLError, match="s3 sink refuses errors.tolerance = 'all'"):
+        run(
+            worker,
+            "CREATE SINK CONNECTOR o TO s3 FROM s WITH (bucket = 'b', 'errors.tolerance' = 'all',"
+            " 'errors.deadletter.stream' = 'dl')",
+        )
     with pytest.raises(ConnectQLError, match="delete.enabled = true needs mode = 'upsert'"):
         run(
             worker,
@@ -263,7 +270,13 @@ def test_sink_refusals_and_alter_initial_state(worker, tmp_path):
     with pytest.raises(ConnectQLError, match="initial.state only says how CREATE leaves"):
         run(worker, "ALTER CONNECTOR g SET ('initial.state' = 'running')")
     assert worker.catalog.get_connector("g").state == "PAUSED"
-    assert [e.name for e in worker.catalog.connectors()] == ["g"]
+    run(worker, f"CREATE SINK CONNECTOR f TO file FROM s WITH (path = '{tmp_path / 'o'}')")
+    with pytest.raises(ConnectQLError, match="file sink refuses errors.tolerance = 'all'"):
+        run(
+            worker,
+            "ALTER CONNECTOR f SET ('errors.tolerance' = 'all', 'errors.deadletter.stream' = 'dl')",
+        )
+    assert [e.name for e in worker.catalog.connectors()] == ["f", "g"]
     assert [s.name for s in worker.catalog.streams()] == ["s"]
 
 

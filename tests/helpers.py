@@ -77,16 +77,18 @@ def replay_last_batch(home, script: str, connector: str, before_replay=None) -> 
 def run_rejecting_sinks(worker, sink_type: str, conn: str) -> int:
     """2000 datagen rows into two existing tables `tolerant` and `strict` of a database sink
     (`conn`: its connection options), both with CHECK (qty <= 100): `tolerant` dead-letters to
-    `rejects`, `strict` fails. Checks the dead letters and the counts of `tolerant`; returns how
-    many rows have qty > 100."""
+    `rejects`, `strict` fails. Checks the dead letters, that `tolerant`'s tasks.max = 1 made one
+    writer of two stream files per batch (two without it), and the counts of `tolerant`;
+    returns how many rows have qty > 100."""
 
     run(
         worker,
         f"""
         CREATE SOURCE CONNECTOR gen FROM datagen INTO nums WITH ('rows.total' = 2000,
-          run = 'once', seed = 5, fields = 'id BIGINT SEQUENCE, qty INT RANDOM(1, 120)');
+          run = 'once', seed = 5, fields = 'id BIGINT SEQUENCE, qty INT RANDOM(1, 120)',
+          'tasks.max' = 2);
         CREATE SINK CONNECTOR tolerant TO {sink_type} FROM nums WITH ({conn}, table = 'tolerant',
-          'primary.key' = 'id', run = 'once', 'tasks.max' = 2,
+          'primary.key' = 'id', run = 'once', 'tasks.max' = 1,
           'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'rejects');
         CREATE SINK CONNECTOR strict TO {sink_type} FROM nums WITH ({conn}, table = 'strict',
           run = 'once', 'errors.retry.max' = 0);
@@ -103,6 +105,8 @@ def run_rejecting_sinks(worker, sink_type: str, conn: str) -> int:
     assert {(c, s, e) for c, s, e, _r, _o in letters} == {("tolerant", "write", "CheckViolation")}
     assert all(json.loads(raw)["qty"] > 100 for *_x, raw, _o in letters)
     assert all("batch" in json.loads(offset) for *_x, offset in letters)
+    # a rejected row's "row" is its writer task's partition << 40 | its place in the task
+    assert {json.loads(offset)["row"] >> 40 for *_x, offset in letters} == {0}
     counts = worker.catalog.query(
         "SELECT rows_total, rows_written, rows_dead_lettered FROM connectors WHERE name = 'tolerant'"
     )[1]

@@ -6,9 +6,11 @@ are integers."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from pyspark.sql import types as T
 
 from connectql.connectors import arrowread, polling
+from connectql.connectors.changerows import UNREADABLE
 from connectql.connectors.mysql.client import connect, qualified
 from connectql.connectors.mysql.db import RAW, MyDb
 from connectql.connectors.mysql.types import Column, spark_type
@@ -136,6 +138,28 @@ def test_every_postgres_value_reads_the_same_through_connectorx_or_falls_back(pg
     assert differ == []
     assert not PG_BENCH_TYPES & set(fell_back), fell_back
     print(f"fell back to the COPY CSV path: {fell_back}")
+
+
+def test_a_numeric_past_its_decimal_type_fails_through_connectorx_as_through_copy(pg_db):  # noqa: F811
+    """Arrow's text to decimal cast wrapped 1.2e29 around to 4.6e19 for DECIMAL(38,18): a value
+    silently changed. Both paths must refuse it (a source then fails or dead-letters it)."""
+    name, info = pg_db
+    pgvalues.sql(info, "CREATE TABLE big (id int, n numeric)")
+    pgvalues.sql(info, "INSERT INTO big VALUES (1, 123456789012345678901234567890)")
+    types = {"id": "integer", "n": "numeric"}
+    schema = T.StructType(
+        [T.StructField("id", T.IntegerType()), T.StructField("n", T.DecimalType(38, 18))]
+    )
+    cfg = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "database": name}
+    address = arrowread.url("postgresql", cfg, 5432)
+    conn = pg_connect(cfg, autocommit=True)
+    try:
+        where, params = polling.range_where(PgDb(conn, types), ["id"], ["0"], ["10"])
+        for db in (PgDb(conn, types, address, 300.0), PgDb(conn, types)):
+            with pytest.raises(UNREADABLE):
+                list(db.read('"public"."big"', where, params, schema, ["id"]))
+    finally:
+        conn.close()
 
 
 def test_bounds_are_inlined_only_when_they_are_integers():

@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 import psycopg
 import pymysql
@@ -359,6 +360,41 @@ def test_a_connectorx_read_from_a_suspended_server_gives_up_and_heals(worker):
     print(f"connectorx read gave up in {gave_up_in:.1f} s: {error}")
     assert gave_up_in < 8 + arrowread.GRACE_S + 10, error  # read.timeout.ms + grace + a retry
     assert "crashed" in error or "exited" in error, error
+
+
+@pytest.fixture
+def shared_db(pg_shared):
+    """A fresh database on the shared server: (name, Pg); dropped after the worker closed."""
+    name = f"cq_{uuid.uuid4().hex[:8]}"
+    yield name, Pg(create_database(pg_shared.conninfo(), name))
+    with psycopg.connect(pg_shared.conninfo(), autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_the_workers_stall_timeout_applies_to_a_hung_batch(shared_db, worker):
+    """SET stall.timeout.ms reaches the hang check, not only the lag check: a sink whose batch
+    waits on a locked target table is STALLED after the worker's 2 s, not the default 60 s
+    (by which time its lock wait would have given up)."""
+    name, dst = shared_db
+    dst.sql("CREATE TABLE items (id bigint)")
+    run(
+        worker,
+        f"""
+        SET stall.timeout.ms = 2000;
+        CREATE SOURCE CONNECTOR g FROM datagen INTO s WITH ('rows.total' = 10,
+          fields = 'id BIGINT SEQUENCE', 'initial.state' = 'paused');
+        CREATE SINK CONNECTOR dst TO postgres FROM s WITH (host = '127.0.0.1', port = 5432,
+          user = 'postgres', database = '{name}', table = 'items');
+        """,
+    )
+    wait_until(lambda: state(worker, "dst") == "RUNNING", 60, what="dst RUNNING")
+    with psycopg.connect(dst.info) as locker:  # a transaction holding the lock until it ends
+        locker.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        run(worker, "RESUME CONNECTOR g")
+        wait_until(lambda: state(worker, "dst") == "STALLED", 40, what="dst STALLED")
+        reason = events(worker, "dst")[-1][1]
+        assert reason.startswith("batch 0 waiting") and "(target write)" in reason, reason
+    wait_until(lambda: dst.sql("SELECT count(*) FROM items") == [(10,)], 60, what="the rows")
 
 
 # ------------------------------------------------------------------ MariaDB

@@ -3,6 +3,7 @@ incremental and bulk sources, change-data capture, schema changes, and every bad
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -475,6 +476,67 @@ def _quietly(f, *args):
         return f(*args)
     except psycopg.errors.UndefinedColumn:
         return None
+
+
+def stream_rows(worker, stream: str, query: str):
+    return read_parquet_rows(worker.home / "streams" / stream, query)
+
+
+def test_one_tables_unreadable_ranges_and_changes_are_dead_letters(worker, pg_logical, cdc_dbs):
+    """errors.tolerance = 'all' on a source of one table, as on several: a snapshot or poll
+    range holding a value past DECIMAL(38,18), and such a change, go to the dead-letter stream
+    naming the table; the other rows and changes flow and the connector runs on. Without it
+    the connector fails, naming the option."""
+    (src, src_info), _dst = cdc_dbs
+    sql(src_info, "CREATE TABLE p (id int PRIMARY KEY, n numeric)")
+    sql(src_info, "INSERT INTO p VALUES (1, 1.5), (2, 123456789012345678901234567890), (3, 2)")
+    at = f"{connection(pg_logical, src)}, table = 'p', 'batch.rows' = 1"
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR tolerant FROM postgres INTO pt WITH ({at},
+          'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'pt_dead');
+        CREATE SOURCE CONNECTOR polled FROM postgres INTO pp WITH ({at}, mode = 'incremental',
+          'incrementing.column' = 'id', 'poll.interval.ms' = 200,
+          'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'pp_dead');
+        CREATE SOURCE CONNECTOR strict FROM postgres INTO ps WITH ({at}, 'errors.retry.max' = 0);
+        """,
+    )
+
+    ids = "SELECT id FROM t ORDER BY id"
+    letters = "SELECT connector, source_offset, error_message FROM t ORDER BY source_offset"
+
+    def seen():
+        streams = {x: stream_rows(worker, x, "SELECT * FROM t") for x in ("pt", "pp", "pt_dead")}
+        states = {c.name: (c.state, c.last_error) for c in worker.catalog.connectors()}
+        return streams, states
+
+    wait_until(
+        lambda: stream_rows(worker, "pt", ids) == [(1,), (3,)],
+        120,
+        what="pt's snapshot",
+        diagnose=seen,
+    )
+    wait_until(lambda: stream_rows(worker, "pp", ids) == [(1,), (3,)], 60, what="pp's rows")
+    for name, stream in (("tolerant", "pt_dead"), ("polled", "pp_dead")):
+        dead = wait_until(lambda s=stream: stream_rows(worker, s, letters), 30, what=stream)
+        assert len(dead) == 1 and dead[0][0] == name, dead
+        assert json.loads(dead[0][1])["table"] == "p" and "table p" in dead[0][2], dead
+        assert "after key ['1'] up to key ['2']" in dead[0][2], dead
+    sql(src_info, "INSERT INTO p VALUES (4, 123456789012345678901234567890), (5, 5)")
+    changes = "SELECT id FROM t WHERE __op = 'c'"
+    wait_until(lambda: stream_rows(worker, "pt", changes) == [(5,)], 60, what="the change of 5")
+    dead = wait_until(
+        lambda: (stream_rows(worker, "pt_dead", letters) or [])[1:], 30, what="the bad change"
+    )
+    assert "table public.p: the change at LSN" in dead[0][2], dead
+    assert {c: worker.catalog.get_connector(c).state for c in ("tolerant", "polled")} == {
+        "tolerant": "RUNNING",
+        "polled": "RUNNING",
+    }
+    wait_until(lambda: worker.catalog.get_connector("strict").state == "FAILED", 60, what="FAILED")
+    error = worker.catalog.get_connector("strict").last_error
+    assert "table p" in error and "errors.tolerance = 'all'" in error, error
 
 
 def test_cdc_errors_name_the_problem(worker, pg_logical, cdc_dbs):

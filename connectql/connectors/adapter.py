@@ -8,7 +8,7 @@ from typing import Any
 from connectql.config import Option
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
-from connectql.errors import ConnectQLError, PlanError
+from connectql.errors import ConnectQLError, PlanError, ValidationError
 from connectql.toolkit.connector import Connector
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
 
@@ -87,6 +87,11 @@ def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:
     from connectql.toolkit.spark import arrow_schema, spark_options
 
     where = f"{connector.type} sink"
+    if opts.get("errors.tolerance") == "all":
+        raise ValidationError(
+            f"{where} refuses errors.tolerance = 'all': a toolkit sink has no dead-letter"
+            " path, so a record it cannot write fails the batch whatever the option says"
+        )
     sink = _call(where, connector.sink, opts)
     options = spark_options(connector.sink, opts, _secret(connector.sink.options))
     return WriterSpec(

@@ -126,5 +126,9 @@ def _exact(batch: pa.RecordBatch, target: pa.Schema, text) -> pa.RecordBatch:
             column = text(column.cast(pa.string()), field.type)
         if pa.types.is_date32(field.type) and pa.types.is_integer(column.type):
             column = column.cast(pa.int32())  # days since the epoch
+        if pa.types.is_decimal128(field.type) and pa.types.is_string(column.type):
+            # Arrow's text to decimal128 cast wraps a value of 21 to 38 integer digits around
+            # (1.2e29 arrived as 4.6e19); through decimal256 it raises as the COPY path does
+            column = column.cast(pa.decimal256(76, field.type.scale))
         arrays.append(column.cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=target)

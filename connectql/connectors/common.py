@@ -42,8 +42,8 @@ SOURCE_COMMON = {
             "none",
             choices=("none", "all"),
             doc="'none': a bad record fails the connector; 'all': it goes to the dead-letter"
-            " stream and the connector goes on; refused where no bad record can occur"
-            " (datagen, the file sink)",
+            " stream and the connector goes on; refused where no bad record can occur (datagen,"
+            " the file sink) and by sinks with no dead-letter path (s3 and other toolkit sinks)",
         ),
         Option(
             "errors.deadletter.stream",

@@ -11,6 +11,7 @@ from connectql.connectors.base import Found, ReaderSpec
 from connectql.connectors.bounds import check_bounds, endpoint
 from connectql.connectors.options import Option
 from connectql.errors import PlanError
+from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
 
 
 def source_options(log: str) -> dict[str, Option]:
@@ -152,6 +153,7 @@ def reader_spec(
         return out
 
     snapshot = cfg.mode == "cdc" and cfg.snapshot == "initial"
+    tolerant = cfg.tolerance == "all"
     return ReaderSpec(
         fmt,
         cfg.to_options(),
@@ -159,4 +161,7 @@ def reader_spec(
         discover=found,
         count_rows=count if snapshot else None,
         endpoint=endpoint(cfg.connection),
+        # several tables carry dead letters under their own tag (multitable); one table in
+        # the toolkit's column
+        corrupt_column=DEAD_LETTER_COLUMN if tolerant and not cfg.patterns else None,
     )

@@ -6,6 +6,7 @@ and, for `cdc`, its change log (slot LSNs, binlog coordinates) through the `log_
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -22,6 +23,7 @@ from connectql.connectors.dbsink import META_COLUMNS
 from connectql.connectors.options import from_spark_options, to_spark_options
 from connectql.errors import ConnectQLError
 from connectql.runtime.errors import short_error
+from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
 
 LAG_EVERY_S = 1.0  # how often reportLatestOffset asks the database how far behind it is
 LAG_ROWS_CAP = 1_000_000  # an incremental source's lag is counted up to this many rows
@@ -150,6 +152,10 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, schema: StructType, options: dict[str, str]):
         self.cfg = self.config_class.from_options(options)
+        # one table with errors.tolerance = 'all': its rows carry the toolkit's dead-letter
+        # column (null but in a dead letter), which no table has, so it is not read
+        self.out = arrow_schema(schema) if DEAD_LETTER_COLUMN in schema.fieldNames() else None
+        schema = StructType([f for f in schema.fields if f.name != DEAD_LETTER_COLUMN])
         self.schema = schema
         parts = multitable.split_union(schema)
         self.multi = parts is not None
@@ -204,9 +210,9 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @property
     def tolerant(self) -> bool:
-        """A change one table cannot read goes to the dead-letter stream and the others go on
-        (several tables with errors.tolerance = 'all'; one table fails the connector)."""
-        return self.multi and self.cfg.tolerance == "all"
+        """A change or range that cannot be read goes to the dead-letter stream and the rest
+        goes on (errors.tolerance = 'all'); else it fails the connector."""
+        return self.cfg.tolerance == "all" and (self.multi or self.out is not None)
 
     def log_snapshot(self, conn, table: str | None, part: Range) -> Iterator[pa.RecordBatch]:
         """cdc: a table without a key, read whole; a database that can should read it as it
@@ -250,7 +256,35 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return polling.Source(self.relation(table), StructType(data))
 
     def _shape(self, table: str | None, batch: pa.RecordBatch) -> pa.RecordBatch:
-        return multitable.to_union(batch, table, self.union) if self.multi else batch
+        if self.multi:
+            return multitable.to_union(batch, table, self.union)
+        if self.out is None:
+            return batch
+        if table == DEAD_LETTERS:  # changerows.dead_letters: the records are in __source
+            return self._letters([json.loads(r) for r in batch.column("__source").to_pylist()])
+        letter = pa.nulls(batch.num_rows, pa.string())
+        return pa.RecordBatch.from_arrays([*batch.columns, letter], schema=self.out)
+
+    def _letters(self, records: list[dict]) -> pa.RecordBatch:
+        """One table's dead letters: rows with only the toolkit's dead-letter column, as the
+        several-table ones become dead-letter rows (runtime/deadletters.py)."""
+        n = len(records)
+        texts = [
+            json.dumps(
+                {
+                    "source_offset": json.dumps(r.get("offset"), sort_keys=True, default=str),
+                    "error_class": r.get("error_class"),
+                    "error_message": r.get("error_message"),
+                    "raw_record": _text(r.get("raw_record")),
+                }
+            )
+            for r in records
+        ]
+        arrays = [
+            pa.array(texts, pa.string()) if f.name == DEAD_LETTER_COLUMN else pa.nulls(n, f.type)
+            for f in self.out
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.out)
 
     def _due(self) -> bool:
         """Poll the database at most every poll_ms (Spark asks many times a second)."""
@@ -543,13 +577,14 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         where = "" if part.after is None else f" after key {part.after}"
         where += "" if part.upto is None else f" up to key {part.upto}"
         message = (
-            f"table {table}: the rows{where} cannot be read: {type(e).__name__}:"
+            f"{f'table {table}' if table else 'the query'}: the rows{where} cannot be read:"
+            f" {type(e).__name__}:"
             f" {short_error(str(e))[:300]}"
         )
         if not self.tolerant:
             raise ConnectQLError(
-                f"{message} (errors.tolerance = 'all' on a source of several tables sends them"
-                " to the dead-letter stream and goes on)"
+                f"{message} (errors.tolerance = 'all' sends them to the dead-letter stream and"
+                " goes on)"
             ) from None
         offset = {"table": table, "after": part.after, "upto": part.upto, "mode": self.cfg.mode}
         record = {
@@ -557,4 +592,13 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "error_class": type(e).__name__, "error_message": message,
             "raw_record": {"table": table, "after": part.after, "upto": part.upto},
         }  # fmt: skip
+        if not self.multi:  # its schema may have no __source (incremental, bulk)
+            return self._letters([record])
         return self._shape(DEAD_LETTERS, dead_letters([record], self.schemas[table]))
+
+
+def _text(value) -> str | None:
+    """A dead letter's raw record as text: JSON unless it is text already."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)

@@ -201,7 +201,8 @@ class Supervisor:
             return None
         waited = now - self.busy_since.setdefault(name, now)
         plan = self.worker.engine.plans.get(name)
-        if plan is None or waited * 1000 < plan.options["stall.timeout.ms"]:
+        # not plan.options: validation filled in the default there, hiding the worker's SET
+        if plan is None or waited * 1000 < self.worker.options_of(name)["stall.timeout.ms"]:
             return None
         return f"batch {running_batch(plan.checkpoint)} {waiting_on(plan, message, waited)}"
 

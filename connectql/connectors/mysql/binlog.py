@@ -380,8 +380,8 @@ def read_changes(
                 record = _poison(cfg, table, op, values, txn, meta, e)
                 if not tolerant:
                     raise ConnectQLError(
-                        f"{record['error_message']} (errors.tolerance = 'all' on a source of"
-                        " several tables sends it to the dead-letter stream and goes on)"
+                        f"{record['error_message']} (errors.tolerance = 'all' sends it to the"
+                        " dead-letter stream and goes on)"
                     ) from None
                 dead.append(record)
         if order(txn.end) == end:

@@ -233,8 +233,8 @@ def change_batches(
                     record = _poison(one, change, commit, meta, e)
                     if not tolerant:
                         raise ConnectQLError(
-                            f"{record['error_message']} (errors.tolerance = 'all' on a source"
-                            " of several tables sends it to the dead-letter stream and goes on)"
+                            f"{record['error_message']} (errors.tolerance = 'all' sends it to"
+                            " the dead-letter stream and goes on)"
                         ) from None
                     dead.append(record)
     for one, builder in builders.values():

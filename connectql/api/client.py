@@ -12,6 +12,7 @@ from pathlib import Path
 
 from connectql.errors import ConnectQLError
 from connectql.worker.home import read_address
+from connectql.worker.interface import WorkerApi
 from connectql.worker.results import Result
 
 
@@ -24,7 +25,7 @@ class Embedded:
         self._worker = None
 
     @property
-    def worker(self):
+    def worker(self) -> WorkerApi:
         if self._worker is None:
             from connectql.worker.worker import Worker
 

@@ -14,6 +14,7 @@ from connectql.catalog import states
 from connectql.catalog.redact import statement_text
 from connectql.errors import CatalogError, ConnectQLError, StateError
 from connectql.grammar import ast
+from connectql.worker.interface import WorkerApi
 
 
 class ApiError(Exception):
@@ -60,7 +61,10 @@ STATUS_SQL = (
 
 
 class Routes:
-    def __init__(self, worker, worker_id: str):
+    """The endpoints; `worker` is used only through WorkerApi (the statements it runs, its
+    catalog to read, its home)."""
+
+    def __init__(self, worker: WorkerApi, worker_id: str):
         self.worker, self.worker_id = worker, worker_id
         self.registry = metrics.registry(worker.catalog)  # the API adds its latencies to it
         # The worker runs one statement at a time; reads of the catalog need no turn.
@@ -294,7 +298,7 @@ class Routes:
 
     def _stream(self, s) -> dict:
         """A stream as the `streams` table shows it, its size and readers measured now."""
-        stats = self.worker.retainer.measure(s)
+        stats = self.worker.measure_stream(s)
         for k in ("oldest_record", "newest_record"):
             stats[k] = stats[k] and stats[k].isoformat()
         return {

@@ -260,6 +260,10 @@ class Worker:
 
         return self.run_statements(parse_script(text, source), source)
 
+    def measure_stream(self, stream: StreamEntry) -> dict:
+        """A stream's size and its sinks' progress now, as the `streams` table shows them."""
+        return self.retainer.measure(stream)
+
     def run_statements(self, stmts: list[ast.Statement], source: str = ""):
         """run_script's statements, parsed already."""
         for stmt in stmts:

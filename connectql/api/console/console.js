@@ -397,7 +397,8 @@ async function act(action, name, button) {
     if (action === "drop") {
       forget(name);
       await loadStreams();
-      if (location.hash.startsWith("#/connector/")) location.hash = "#/";
+      // only the dropped connector's own page goes: the user may have moved on meanwhile
+      if (location.hash === `#/connector/${encodeURIComponent(name)}`) location.hash = "#/";
     }
     notify(answer.message || `${spec.label}: done`);
   } catch (e) {
@@ -528,9 +529,10 @@ const views = {
           api("GET", `/connectors/${encodeURIComponent(name)}/offsets`),
         ]);
       } catch (e) {
-        $("#detail-events").replaceChildren(el("p", { class: "error" }, e.message));
+        $("#detail-events")?.replaceChildren(el("p", { class: "error" }, e.message));
         return;
       }
+      if (name !== this.name || !$("#detail-events")) return; // the page changed meanwhile
       $("#detail-events").replaceChildren(table(events.columns, events.rows));
       const points = history.rows.reverse().map(([t, v]) => [String(t).slice(11, 19), v]);
       $("#detail-history").replaceChildren(points.length ? lineChart(points, "rows per second per batch") : el("p", { class: "muted" }, "No batches yet."));

@@ -73,6 +73,26 @@ def test_a_sink_refuses_batches_from_an_older_epoch_in_their_transaction(target)
     assert epochs == [(1, 2)]
 
 
+def test_a_new_epochs_sink_ends_the_sessions_an_older_one_left_open(target):  # noqa: F811
+    """A paused worker's open transaction (mid-COPY the server never times it out) must not
+    hold the progress row against its successor: the newer epoch's start ends it."""
+    old = target()
+    if not isinstance(old, PgTarget):
+        pytest.skip("MariaDB sessions carry no name by which to find an older epoch's")
+    old.s = replace(old.s, epoch=1)
+    old.ensure_progress_row()
+    held = old.connect(autocommit=False)
+    held.execute("SET idle_in_transaction_session_timeout = 0")  # as if busy in a COPY
+    old.committed(held, lock=True)  # the progress row locked, as in a batch's commit
+    new = type(old)(replace(old.s, epoch=2), old.schema)
+    new.ensure_progress_row()  # without ending the old session: a lock timeout after 1 min
+    with pytest.raises(psycopg.OperationalError):
+        held.execute("SELECT 1")
+    held.close()
+    epochs = target.rows(f"SELECT epoch FROM {PROGRESS_TABLE}")
+    assert epochs == [(2,)]
+
+
 def test_a_sinks_session_idle_inside_a_transaction_is_ended_by_the_server(target):  # noqa: F811
     """A worker frozen mid-batch must not hold the progress row's lock against its successor."""
     t = target()

@@ -482,6 +482,7 @@ class Target:
         FOR UPDATE always locks a row: locking a missing one takes a gap lock in InnoDB, and
         two sinks committing their first batch into one database would deadlock."""
         with self.connect(autocommit=True) as conn:
+            self.end_older_epochs(conn)
             self.execute(
                 conn,
                 f"INSERT INTO {self.table(PROGRESS_TABLE)} (writer_id, connector, batch_id)"
@@ -496,6 +497,11 @@ class Target:
                 (self.s.epoch, self.s.writer_id, self.s.epoch),
             )
             self.check_epoch(conn, "start")
+
+    def end_older_epochs(self, conn) -> None:
+        """End the sessions on the target that this sink's workers of older lease epochs left
+        open, where the database can tell them apart (a paused worker's transaction would
+        hold its locks, and the new worker's writes behind them, until it resumes)."""
 
     def check_epoch(self, conn, what: str) -> None:
         """Refuse (Fenced) when a worker of a newer lease epoch owns this sink: this one lost

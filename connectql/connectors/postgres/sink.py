@@ -124,9 +124,26 @@ class PgTarget(Target):
     def connect(self, autocommit: bool):
         conn = connect(self.s.connection, autocommit=autocommit)
         conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_S * 1000}")
+        # names the sink and its lease epoch, so that a newer epoch can end this session
+        conn.execute("SELECT set_config('application_name', %s, false)", [self.session_name()])
         if not autocommit:
             conn.commit()
         return conn
+
+    def session_name(self) -> str:
+        return f"connectql sink {self.s.writer_id} e{self.s.epoch}"
+
+    def end_older_epochs(self, conn) -> None:
+        if not (self.s.writer_id and self.s.epoch):
+            return
+        self.execute(
+            conn,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE pid <> pg_backend_pid() AND usename = current_user"
+            " AND application_name LIKE %s"
+            " AND substring(application_name from ' e([0-9]+)$')::bigint < %s",
+            (f"connectql sink {self.s.writer_id} e%", self.s.epoch),
+        )
 
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'

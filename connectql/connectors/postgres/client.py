@@ -75,10 +75,11 @@ def connect_kwargs(cfg: dict[str, Any], replication: bool = False) -> dict[str, 
 
 
 def connect(cfg: dict[str, Any], autocommit: bool = False, **kwargs) -> psycopg.Connection:
-    """A bounded connection, or a PlanError saying which of host, database, user or password
-    is wrong (or that the server did not answer)."""
+    """A bounded connection (`kwargs`: more or other psycopg.connect arguments), or a
+    PlanError saying which of host, database, user or password is wrong (or that the server
+    did not answer)."""
     try:
-        conn = BoundedConnection.connect(**connect_kwargs(cfg), autocommit=autocommit, **kwargs)
+        conn = BoundedConnection.connect(**(connect_kwargs(cfg) | kwargs), autocommit=autocommit)
     except psycopg.OperationalError as e:
         raise connect_error(e, cfg) from None
     conn.read_s, conn.place = Bounds.of(cfg).read_s, where(cfg)

@@ -122,10 +122,9 @@ class PgTarget(Target):
     DIRECT = True
 
     def connect(self, autocommit: bool):
-        conn = connect(self.s.connection, autocommit=autocommit)
+        # named for the sink and its lease epoch, so that a newer epoch can end this session
+        conn = connect(self.s.connection, autocommit, application_name=self.session_name())
         conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_S * 1000}")
-        # names the sink and its lease epoch, so that a newer epoch can end this session
-        conn.execute("SELECT set_config('application_name', %s, false)", [self.session_name()])
         if not autocommit:
             conn.commit()
         return conn

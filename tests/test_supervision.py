@@ -25,6 +25,10 @@ def events(worker, name):
     )[1]
 
 
+def _rows_total(worker) -> int:
+    return worker.catalog.query("SELECT rows_total FROM connectors WHERE name = 'g'")[1][0][0]
+
+
 def parquet(path, sql):
     duckdb.sql(f"COPY ({sql}) TO '{path}' (FORMAT parquet)")
 
@@ -93,10 +97,18 @@ def test_pause_keeps_the_offset_and_resume_delivers_the_rest(worker):
     paused = read_parquet_rows(stream)[0][0]
     assert worker.catalog.get_connector("g").state == "PAUSED"
     assert not worker.engine.is_active("g")
+    # a pause lets the batch under way commit: what the source counts is what the stream got
+    assert _rows_total(worker) == paused
+    run(worker, "RESUME CONNECTOR g")
+    wait_until(lambda: read_parquet_rows(stream)[0][0] > paused + 300, 120, what="more rows")
+    run(worker, "PAUSE CONNECTOR g")
+    again = read_parquet_rows(stream)[0][0]
+    assert _rows_total(worker) == again
     run(worker, "RESUME CONNECTOR g")
     wait_until(lambda: read_parquet_rows(stream)[0][0] >= 3000, timeout=120, what="all rows")
     assert read_parquet_rows(stream) == [(3000, 3000)]
-    assert 0 < paused < 3000
+    assert 0 < paused < again < 3000
+    wait_until(lambda: _rows_total(worker) == 3000, 30, what="counted")
     to_states = [e[1] for e in events(worker, "g")]
     assert to_states[-3:] == ["PAUSED", "STARTING", "RUNNING"]
 

@@ -150,17 +150,25 @@ def remove_files(stream_path: str | Path, paths: set[str]) -> None:
     replace_files(stream_path, paths, [])
 
 
+class StaleFiles(Exception):
+    """Files to be replaced are no longer in the stream's log (replaced meanwhile)."""
+
+
 def replace_files(stream_path: str | Path, paths: set[str], added: list[dict]) -> None:
     """Take committed files out of a stream's log and add others, in one step: empty batches
     up to the next compaction batch, whose compact file then lists every committed file but
     these, and the added ones. Spark's readers see the change once that compact file exists;
-    the files on disk are the caller's to delete, after."""
+    the files on disk are the caller's to delete, after. Adding files in place of some no
+    longer in the log raises StaleFiles and changes nothing (their records would be twice)."""
     meta = Path(stream_path) / "_spark_metadata"
     with _append_lock:
         while True:
             n = _latest_batch(meta) + 1
             compact = (n + 1) % COMPACT_INTERVAL == 0
-            body = [e for e in committed_entries(stream_path) if e["path"] not in paths]
+            entries = committed_entries(stream_path)
+            if added and not paths <= {e["path"] for e in entries}:
+                raise StaleFiles(f"{stream_path}: files to replace are no longer in the log")
+            body = [e for e in entries if e["path"] not in paths]
             name = f"{n}.compact" if compact else str(n)
             tmp = meta / f".{name}.{os.getpid()}.tmp"
             text = "\n".join(json.dumps(e) for e in body + added)

@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +31,8 @@ log = logging.getLogger("connectql.runtime")
 
 OBSERVED = "connectql"  # the observed metrics of every query: rows that reach its writer
 STOP_WAIT_S = 5.0  # a stop (PAUSE, DROP, shutdown) waits no longer for a query to end
+# ...after first letting a source's batch under way finish for this long (StreamWriter)
+STOP_GRACE_S = 2.0
 
 
 def lag(end: str | None, latest: str | None, field: str | None) -> int | None:
@@ -123,6 +126,7 @@ class Engine:
         self._dead: dict[tuple[str, int], int] = {}  # (connector, batch) -> rows dead-lettered
         self._reported: dict[str, int] = {}  # query run id -> last batch id reported
         self.lingering: dict[str, Stopper] = {}  # stopped queries still stuck in a call
+        self.writers: dict[str, StreamWriter] = {}  # a source's foreachBatch, by connector
         self._spark = None
         self._lock = threading.RLock()
         self.epoch: int | None = None  # the worker's lease epoch, given to its writers
@@ -215,6 +219,7 @@ class Engine:
         if w.format == STREAM_WRITER:
             on_batch = functools.partial(self._stream_batch, plan)
             sink = StreamWriter(writer_id(plan.checkpoint), deadletters.outputs(plan), on_batch)
+            self.writers[plan.connector] = sink
             return df.writeStream.foreachBatch(sink)
         writer = df.writeStream.format(w.format).options(**w.options)
         if w.path:
@@ -248,8 +253,8 @@ class Engine:
         return deadletters.with_file_column(df) if r.corrupt_column or r.skips_unreadable else df
 
     def stop(self, name: str, wait_s: float = STOP_WAIT_S) -> bool:
-        """Stop a query gracefully: the running batch ends, offsets stay in the checkpoint.
-        Waits at most `wait_s`: a query stuck in a call that does not return (a database that
+        """Stop a query gracefully: a source's batch under way may end (for STOP_GRACE_S),
+        offsets stay in the checkpoint. Waits at most `wait_s` more: a query stuck in a call that does not return (a database that
         hangs; Spark cannot interrupt a Python call) ends when the call gives up (the
         connector's read.timeout.ms), and is reported stopped now. True when it has ended;
         else `lingering[name]` is a thread that ends with it."""
@@ -258,9 +263,9 @@ class Engine:
             if query is None:
                 return True
             self._stopping.add(name)
-        stopper = Stopper(query)
+        stopper = Stopper(query, self.writers.get(name))
         stopper.start()
-        stopper.join(wait_s)
+        stopper.join(wait_s + STOP_GRACE_S)
         if stopper.is_alive():
             log.warning("query of %s is stuck in a call; it ends when the call returns", name)
             self.lingering[name] = stopper
@@ -302,9 +307,10 @@ class Engine:
             if name is None:
                 return
             self.queries.pop(name, None)
+            self.writers.pop(name, None)
             stopped = name in self._stopping
             self._stopping.discard(name)
-        if exception:
+        if exception and not stopped:
             log.error("connector %s failed:\n%s", name, exception)
         try:
             self.on_terminated(name, exception, stopped)
@@ -338,12 +344,14 @@ class Stopper(threading.Thread):
     runs what was left to do after it (e.g. remove a dropped connector's checkpoint, which a
     query stuck in a call may still write to when the call returns)."""
 
-    def __init__(self, query):
+    def __init__(self, query, writer: StreamWriter | None = None):
         super().__init__(name=f"connectql-stop-{query.name}", daemon=True)
-        self.query, self._then, self._done = query, [], False
+        self.query, self.writer, self._then, self._done = query, writer, [], False
         self._lock = threading.Lock()
 
     def run(self) -> None:
+        if self.writer is not None:
+            self._finish_batch()
         try:
             self.query.stop()  # gives up after spark.sql.streaming.stopTimeout; the query goes on
         except Exception as e:
@@ -356,6 +364,20 @@ class Stopper(threading.Thread):
             self._done, then = True, list(self._then)
         for action in then:
             action()
+
+    def _finish_batch(self) -> None:
+        """Let the source's batch under way end and Spark commit it (see StreamWriter)."""
+        deadline = time.monotonic() + STOP_GRACE_S
+        last = self.writer.finish(STOP_GRACE_S)
+        q = self.query
+        try:
+            while last is not None and q.isActive and time.monotonic() < deadline:
+                done = q.lastProgress
+                if done and done["batchId"] >= last:
+                    return
+                time.sleep(0.02)
+        except Exception:  # the query ended meanwhile
+            pass
 
     def then(self, action: Callable[[], Any]) -> None:
         """Run `action` once the query has ended (now, if it has)."""

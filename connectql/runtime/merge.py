@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectql.catalog.streams import replace_files
+from connectql.catalog.streams import StaleFiles, replace_files
 from connectql.runtime.retention import entry_times, local_path
 from connectql.runtime.streamwriter import ROW_GROUP_BYTES
 
@@ -125,5 +125,9 @@ def merge(
         "blockSize": 33554432,
         "action": "add",
     }
-    replace_files(stream, {e["path"] for e in group}, [entry])
+    try:
+        replace_files(stream, {e["path"] for e in group}, [entry])
+    except StaleFiles:
+        target.unlink(missing_ok=True)
+        raise
     return entry

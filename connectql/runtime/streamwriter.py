@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,10 +45,12 @@ def concise(e: Exception) -> str:
     log.error("writing a batch into a stream failed:\n%s", text)
     for marker in _INTERRUPTS:
         if f": {marker}" in text:
-            return (
-                f"py4j.protocol.Py4JJavaError: An error occurred while calling write.\n: {marker}"
-            )
+            return _interrupted(marker)
     return cause(text, PermanentError, SchemaEvolved) or short_error(text)
+
+
+def _interrupted(marker: str = _INTERRUPTS[0]) -> str:
+    return f"py4j.protocol.Py4JJavaError: An error occurred while calling write.\n: {marker}"
 
 
 def writer_id(checkpoint: str | Path) -> str:
@@ -74,10 +77,18 @@ class Output:
 
 
 class StreamWriter:
-    """The foreachBatch function of a source connector."""
+    """The foreachBatch function of a source connector.
+
+    Spark's stop cannot interrupt a foreachBatch call: a batch stopped mid-call still commits
+    its files, yet Spark counts it as not done (its rows_total comes only when the batch runs
+    again, at the next start). So a stop first calls `finish`: the batch under way ends, and
+    one that begins after refuses to (written as an interruption, which Spark takes for the
+    stop it is); the stop then waits for Spark to commit that last batch."""
 
     def __init__(self, wid: str, outputs: list[Output], on_batch: Callable | None = None):
         self.wid, self.outputs, self.on_batch = wid, outputs, on_batch
+        self._stopping, self._busy = threading.Event(), threading.Lock()
+        self._last: int | None = None  # the id of the last batch written
         for o in outputs:  # an empty log: readers see an existing, empty stream
             (Path(o.path) / "_spark_metadata").mkdir(parents=True, exist_ok=True)
         self._done = {o.path: self._committed(o.path) for o in outputs}
@@ -90,7 +101,22 @@ class StreamWriter:
             if (m := pattern.match(Path(f).name))
         }
 
+    def finish(self, wait_s: float) -> int | None:
+        """Let the batch under way end (waiting at most `wait_s`); refuse the ones after.
+        Returns the id of the last batch written (None: none)."""
+        self._stopping.set()
+        if self._busy.acquire(timeout=wait_s):
+            self._busy.release()
+        return self._last
+
     def __call__(self, df, batch_id: int) -> None:
+        with self._busy:
+            if self._stopping.is_set():
+                raise BatchFailed(_interrupted())
+            self._batch(df, batch_id)
+            self._last = batch_id
+
+    def _batch(self, df, batch_id: int) -> None:
         todo = [o for o in self.outputs if batch_id not in self._done[o.path]]
         tables = [o for o in todo if o.table is not None]
         cached = len(todo) - len(tables) + bool(tables) > 1

@@ -70,6 +70,7 @@ class Retainer:
         self._held_since: dict[tuple[str, str], float] = {}
         self._reported: set[tuple[str, str]] = set()
         self._closed = threading.Event()
+        self._pass = threading.Lock()  # one pass at a time: two would merge the same files
         self._thread = threading.Thread(target=self._run, name="connectql-retention", daemon=True)
         self._thread.start()
 
@@ -93,6 +94,10 @@ class Retainer:
 
     def run_once(self) -> None:
         """One pass over every stream; a stream that fails is logged and the others go on."""
+        with self._pass:
+            self._pass_once()
+
+    def _pass_once(self) -> None:
         cat = self.worker.catalog
         settings = cat.settings()
         behind: dict[str, int] = {}  # sink -> records of its streams it has not read

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.spark
 ROWS = 2000
 
 
+@pytest.mark.scenario
 def test_concurrent_requests_fail_none_and_lose_no_record(tmp_path):
     report = run(tmp_path, requests=300, clients=8, connectors=3, rows=ROWS, pairs=2, say=print)
     assert report.moving_s is not None, "not every connector committed rows"

@@ -85,6 +85,7 @@ CREATE SINK CONNECTOR dst TO postgres FROM changes WITH (host = '{host}', port =
 """
 
 
+@pytest.mark.scenario
 def test_a_postgres_cdc_pipeline_runs_on_the_cluster(
     spark_cluster, pg_logical, cdc_databases, tmp_path
 ):

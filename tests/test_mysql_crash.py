@@ -186,6 +186,7 @@ class MariaWriter(Writer):
 # ------------------------------------------------------------------ the tests
 
 
+@pytest.mark.scenario
 def test_kill_during_the_snapshot_then_restart_copies_every_row_and_change_once(pipeline):
     kill_during_snapshot(pipeline, total=20_000, chunk=2_000, changes=200)
 

@@ -47,6 +47,7 @@ def catalog_rows(home, sql):
         cat.close()
 
 
+@pytest.mark.scenario
 def test_connectql_run_stays_up_through_a_restart_loop(tmp_path):
     """The worker used to exit ~10 s into a restart loop: between a timer's end and its query's
     start it saw neither, and `connectql run` took that for 'nothing runs any more'."""

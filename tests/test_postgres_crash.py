@@ -151,6 +151,7 @@ class PgWriter(Writer):
 # ------------------------------------------------------------------ the tests
 
 
+@pytest.mark.scenario
 def test_kill_during_the_snapshot_then_restart_copies_every_row_and_change_once(pipeline):
     kill_during_snapshot(pipeline, total=120_000, chunk=10_000, changes=300)
 

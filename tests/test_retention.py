@@ -266,3 +266,29 @@ def test_worker_defaults_apply_to_streams_that_set_none(worker):
     assert effective_options(worker.catalog.get_stream("own"), saved)["retention"] == "1 hour"
     shown = {r[0]: r[1] for r in run(worker, "SHOW SETTINGS")[0].rows}
     assert shown["stream.retention"] == "2 s" and shown["stream.retention.policy"] == "drop"
+
+
+def test_retention_bytes_removes_the_oldest_files_until_the_stream_fits(worker):
+    run(worker, "CREATE STREAM s WITH ('merge.target.bytes' = '0')")
+    stream = Path(_stream_path(worker))
+    stream.mkdir(parents=True, exist_ok=True)
+    files, now = [], time.time()
+    for i in range(10):
+        f = stream / f"w-b{i}-0.parquet"
+        pq.write_table(pa.table({"id": pa.array(range(i * 500, (i + 1) * 500))}), f)
+        os.utime(f, (now - 100 + i, now - 100 + i))  # in order, the oldest first
+        append_files(stream, [f])
+        files.append(f)
+    sizes = [f.stat().st_size for f in files]
+    limit = sum(sizes) * 0.45
+    run(worker, f"ALTER STREAM s SET ('retention.bytes' = '{int(limit)}')")
+    worker.retainer.run_once()
+    kept = sorted(committed_files(stream))
+    assert kept == [str(f.resolve()) for f in files[-len(kept) :]]  # the newest stay
+    assert sum(sizes[-len(kept) :]) <= limit < sum(sizes[-len(kept) - 1 :])  # no more went
+    assert not any(f.exists() for f in files[: -len(kept)])  # the others left the disk too
+    _, rows = worker.catalog.query("SELECT records, files, bytes FROM streams")
+    assert rows[0] == (500 * len(kept), len(kept), sum(sizes[-len(kept) :]))
+    assert run(worker, "SELECT min(id), count(*) FROM s")[0].rows == [
+        ((10 - len(kept)) * 500, 500 * len(kept))
+    ]

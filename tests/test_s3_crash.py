@@ -71,6 +71,7 @@ def resumed_until(home, script, logs, done, what: str) -> None:
         kill_everything(second)
 
 
+@pytest.mark.scenario
 def test_a_killed_worker_resumes_inside_an_object_and_emits_each_record_once(
     tmp_path,
     s3server,  # noqa: F811

@@ -247,6 +247,7 @@ CREATE SINK CONNECTOR out TO postgres FROM nums WITH (host = '{host}', port = {p
 """
 
 
+@pytest.mark.scenario
 def test_a_paused_active_that_comes_back_writes_nothing_to_a_target_or_the_catalog(
     pg_logical, cdc_databases, pair
 ):

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,6 +40,7 @@ def _merged(stream) -> list[str]:
 
 def test_merging_under_a_running_sink_loses_and_repeats_nothing(worker, tmp_path):
     out, late = tmp_path / "out", tmp_path / "late"
+    began = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=1)
     run(worker, "SET stream.retention.check.interval = '300 ms'")
     run(worker, "CREATE STREAM s WITH ('merge.target.bytes' = '1 MB')")
     run(
@@ -74,8 +76,13 @@ def test_merging_under_a_running_sink_loses_and_repeats_nothing(worker, tmp_path
     # (a batch busy for a minute on a loaded machine shows STALLED: not this test's concern)
     for name in ("k", "late"):
         assert worker.catalog.state_of(name) in ("RUNNING", "STALLED")
-    _, rows = worker.catalog.query("SELECT records, files, readers FROM streams")
-    assert rows[0][:2] == (total, len(committed_files(stream)))
+    _, rows = worker.catalog.query(
+        "SELECT records, files, oldest_record, newest_record FROM streams"
+    )
+    records, files, oldest, newest = rows[0]
+    assert (records, files) == (total, len(committed_files(stream)))
+    # merged files keep their records' commit times (in their names), not their log time
+    assert began < oldest < newest < datetime.now(timezone.utc).replace(tzinfo=None)
 
     def behind():  # a sink's last batch is in its output before its checkpoint's commit
         worker.retainer.run_once()

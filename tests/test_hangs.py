@@ -233,7 +233,12 @@ def a_target_hangs(worker, api, server, db, same) -> None:
             assert paused_in < 10
             wait_until(lambda: rows_total(worker, "src") >= before + 100, 60, what="src going on")
         wait_until(same, 120, what="target equal to source after the target hung")
-        wait_until(lambda: state(worker, "dst") == "RUNNING", 60, what="dst RUNNING by itself")
+        wait_until(
+            lambda: state(worker, "dst") == "RUNNING",
+            60,
+            what="dst RUNNING by itself",
+            diagnose=lambda: (state(worker, "dst"), events(worker, "dst")[-4:]),
+        )
     print(f"target hang: dst left RUNNING in {left_in:.1f} s ({why}),"
           f" dst_p paused in {paused_in:.1f} s, API p99 {probe.p99():.3f} s over {len(probe.took)} requests")  # fmt: skip
     assert left_in < 90

@@ -254,9 +254,10 @@ class Engine:
 
     def stop(self, name: str, wait_s: float = STOP_WAIT_S) -> bool:
         """Stop a query gracefully: a source's batch under way may end (for STOP_GRACE_S),
-        offsets stay in the checkpoint. Waits at most `wait_s` more: a query stuck in a call that does not return (a database that
-        hangs; Spark cannot interrupt a Python call) ends when the call gives up (the
-        connector's read.timeout.ms), and is reported stopped now. True when it has ended;
+        offsets stay in the checkpoint. Waits at most `wait_s` more: a query stuck in a call
+        that does not return (a database that hangs; Spark cannot interrupt a Python call)
+        ends when the call gives up (the connector's read.timeout.ms), and is reported
+        stopped now. True when it has ended;
         else `lingering[name]` is a thread that ends with it."""
         with self._lock:
             query = self.queries.get(name)

@@ -1,5 +1,6 @@
 """The error types every layer raises; each message names what is wrong and where."""
 
+import json
 import re
 
 
@@ -44,6 +45,15 @@ class ChangeLogGone(PermanentError):
     """The change log an offset points into is gone from the server (e.g. a purged binlog)."""
 
 
+class TableFailed(ConnectQLError):
+    """One table of a several-table source met a value it cannot read, with errors.tolerance =
+    'none': that table stops (its later rows and changes are not read), the others go on."""
+
+    def __init__(self, table: str, message: str):
+        self.table = table
+        super().__init__(f"[{json.dumps(table)}] {message}")
+
+
 class SchemaEvolved(ConnectQLError):
     """The captured table gained columns and schema.change = 'evolve': widen the stream."""
 
@@ -59,3 +69,9 @@ def cause(text: str | None, *classes: type) -> str | None:
 
 def permanent_cause(text: str | None) -> str | None:
     return cause(text, PermanentError)
+
+
+def table_failed(text: str | None) -> tuple[str, str] | None:
+    """(table, message) of a TableFailed found in a failure's text."""
+    m = re.search(r'\bTableFailed: \[("(?:[^"\\]|\\.)*")\] (.+)', text or "")
+    return (json.loads(m.group(1)), m.group(2).strip()) if m else None

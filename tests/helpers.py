@@ -120,7 +120,9 @@ def check_poison_isolated(worker, table: str, position: str) -> str:
     stream s, dead letters in 'rejects') and 'strict' (errors.retry.max = 0) over tables bad,
     good1, good2, where good1 got ids 1 and 2, good2 id 1 and bad ids 1 (the poison) and 2:
     every other change flowed, one dead letter names `table` and the log `position`, tolerant
-    runs on and strict is FAILED naming the table. Returns the dead letter's message."""
+    runs on; strict runs on too, its table bad stopped (tables_failed and last_error name it
+    and the position; none of its changes from the poison on in its stream) and its other
+    tables whole. Returns the dead letter's message."""
 
     def ids(stream: str):
         rows = read_parquet_rows(worker.home / "streams" / stream, "SELECT id FROM t ORDER BY id")
@@ -138,7 +140,16 @@ def check_poison_isolated(worker, table: str, position: str) -> str:
     assert f"table {table}" in message and position in message
     assert '"table":"bad"' in offset.replace(" ", "")
     assert worker.catalog.get_connector("tolerant").state == "RUNNING"
-    wait_until(lambda: worker.catalog.get_connector("strict").state == "FAILED", timeout=90)
-    error = worker.catalog.get_connector("strict").last_error
-    assert f"table {table}" in error and "errors.tolerance = 'all'" in error
+    wait_until(lambda: ids("x_good1") == [1, 2] and ids("x_good2") == [1], timeout=90)
+    strict = worker.catalog.get_connector("strict")
+    assert strict.state == "RUNNING" and list(strict.tables_failed) == ["bad"]
+    error = strict.tables_failed["bad"]
+    assert f"table {table}" in error and position in error and "other tables go on" in error
+    assert "errors.tolerance = 'all'" in error and strict.last_error == error
+    assert ids("x_bad") == []  # the poison's transaction and bad's later changes left out
+    events = "SELECT reason FROM connector_events WHERE connector = 'strict'"
+    reasons = [r for (r,) in run(worker, events)[0].rows]
+    assert any(r.startswith("table bad stopped") for r in reasons), reasons
+    described = dict(run(worker, "DESCRIBE CONNECTOR strict")[0].rows)
+    assert described["table bad stopped"] == error
     return message

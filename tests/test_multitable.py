@@ -394,7 +394,8 @@ def test_a_value_a_snapshot_cannot_read_leaves_the_other_tables_flowing(
 ):
     """errors.tolerance = 'all': a table whose snapshot holds a value past DECIMAL(38,18) sends
     that range to the dead-letter stream, naming the table; the other tables (read before and
-    after it, in the same batches) are whole, and its later changes still flow."""
+    after it, in the same batches) are whole, and its later changes still flow. With 'none'
+    (strict) that table stops, naming the range, and the other tables are whole and go on."""
     (src, src_info), _dst = cdc_dbs
     sql(src_info, "CREATE TABLE p1 (id int PRIMARY KEY, v text)")
     sql(src_info, "CREATE TABLE p2 (id int PRIMARY KEY, n numeric)")
@@ -407,13 +408,14 @@ def test_a_value_a_snapshot_cannot_read_leaves_the_other_tables_flowing(
         f"""
         CREATE SOURCE CONNECTOR poison FROM postgres INTO pp WITH ({connection(pg_logical, src)},
           table = 'p*', 'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'pp_dead');
+        CREATE SOURCE CONNECTOR strict FROM postgres INTO qq WITH ({connection(pg_logical, src)},
+          table = 'p*', 'errors.retry.max' = 0);
         """,
     )
     count = "SELECT count(*), count(DISTINCT id) FROM t WHERE __op = 'r'"
+    streams = ("pp_p1", "pp_p3", "qq_p1", "qq_p3")
     wait_until(
-        lambda: (
-            [stream_rows(worker, s, count) for s in ("pp_p1", "pp_p3")] == [[(40, 40)], [(30, 30)]]
-        ),
+        lambda: [stream_rows(worker, s, count) for s in streams] == [[(40, 40)], [(30, 30)]] * 2,
         timeout=120,
         what="the snapshots of p1 and p3",
         diagnose=lambda: worker.catalog.get_connector("poison").last_error,
@@ -437,6 +439,13 @@ def test_a_value_a_snapshot_cannot_read_leaves_the_other_tables_flowing(
         what="changes of p2 and p3 after the snapshot",
     )
     assert worker.catalog.get_connector("poison").state == "RUNNING"
+    late = "SELECT id FROM t WHERE __op = 'c'"
+    wait_until(lambda: stream_rows(worker, "qq_p3", late) == [(31,)], timeout=60)
+    strict = worker.catalog.get_connector("strict")
+    assert strict.state == "RUNNING" and list(strict.tables_failed) == ["p2"], strict
+    assert "table p2" in strict.tables_failed["p2"], strict.tables_failed
+    assert "other tables go on" in strict.tables_failed["p2"]
+    assert not stream_rows(worker, "qq_p2", "SELECT id FROM t")  # neither its rows nor id 4
 
 
 def test_a_wide_union_schema_takes_fewer_rows_per_snapshot_batch():

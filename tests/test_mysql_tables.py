@@ -80,7 +80,7 @@ def test_a_change_one_table_cannot_read_leaves_the_other_tables_flowing(worker, 
     """A DATE the binlog decoder cannot read ('2024-02-31', stored under ALLOW_INVALID_DATES)
     in one table of three: with errors.tolerance = 'all' it goes to the dead-letter stream,
     naming its table and position, and every other change flows, of that table too, even in
-    the same transaction; with 'none' the connector fails naming the table."""
+    the same transaction; with 'none' that table stops and the others go on."""
     for t in ("bad", "good1", "good2"):
         binlog_db.sql(f"CREATE TABLE {t} (id INT PRIMARY KEY, d DATE)")
     run(

@@ -111,6 +111,14 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        8,
+        "a several-table source's tables stopped by a value they cannot read: {table: error}",
+        ["ALTER TABLE connectors ADD COLUMN tables_failed JSON"],
+    )
+)
+
 LATEST = MIGRATIONS[-1][0]
 
 # connector_metrics keeps this many recent batches per connector

@@ -59,6 +59,8 @@ class ConnectorEntry:
     created_at: datetime = field(default_factory=now)
     # a multi-table source's tables, each into its own stream; a sink's streams (several)
     tables: tuple[str, ...] = ()
+    # a several-table source's tables stopped by a value they cannot read: {table: error}
+    tables_failed: dict[str, str] = field(default_factory=dict)
 
     @property
     def streams(self) -> list[str]:
@@ -121,16 +123,28 @@ class _Interruptible:
 
 ENTRY_SQL = (
     "SELECT c.name, kind, type, stream, k.options, k.select_sql, state, desired_state,"
-    " tasks, last_error, created_at, tables FROM connectors c JOIN connector_config k"
-    " ON c.name = k.name"
+    " tasks, last_error, created_at, tables, tables_failed FROM connectors c"
+    " JOIN connector_config k ON c.name = k.name"
 )
 
 
 def entry_of(r: tuple) -> ConnectorEntry:
     """A row of ENTRY_SQL as the connector's entry."""
-    return ConnectorEntry(
-        *r[:4], decode_options(r[4]), *r[5:11], tuple(json.loads(r[11])) if r[11] else ()
-    )
+    tables = tuple(json.loads(r[11])) if r[11] else ()
+    failed = json.loads(r[12]) if r[12] else {}
+    return ConnectorEntry(*r[:4], decode_options(r[4]), *r[5:11], tables, failed)
+
+
+STREAM_SQL = (
+    "SELECT name, path, schema, schema_json, retention, created_by, key,"
+    " retention_bytes, retention_policy, options FROM streams"
+)
+
+
+def stream_of(r: tuple) -> StreamEntry:
+    """A row of STREAM_SQL as the stream's entry."""
+    *row, options = r
+    return StreamEntry(*row, options=json.loads(options) if options else None)
 
 
 class _Fenced:
@@ -275,6 +289,21 @@ class Catalog:
                 )
             return current
 
+    def fail_table(self, name: str, table: str, error: str) -> bool:
+        """Record that `table` of source `name` stopped on `error`; False if it had already."""
+        with self.lock:
+            rows = self.query("SELECT tables_failed FROM connectors WHERE name = ?", [name])[1]
+            failed = json.loads(rows[0][0]) if rows and rows[0][0] else {}
+            if not rows or table in failed:
+                return False
+            failed[table] = error
+            self.con.execute(
+                "UPDATE connectors SET tables_failed = ?, last_error = ?, updated_at = ?"
+                " WHERE name = ?",
+                [json.dumps(failed), error, now(), name],
+            )
+            return True
+
     def log_event(self, name: str, state: str, reason: str) -> None:
         """An event that changes no state (e.g. offsets reset)."""
         self.execute(
@@ -418,15 +447,8 @@ class Catalog:
         )
 
     def find_stream(self, name: str) -> StreamEntry | None:
-        rows = self.query(
-            "SELECT name, path, schema, schema_json, retention, created_by, key,"
-            " retention_bytes, retention_policy, options FROM streams WHERE name = ?",
-            [name],
-        )[1]
-        if not rows:
-            return None
-        *row, options = rows[0]
-        return StreamEntry(*row, options=json.loads(options) if options else None)
+        rows = self.query(STREAM_SQL + " WHERE name = ?", [name])[1]
+        return stream_of(rows[0]) if rows else None
 
     def get_stream(self, name: str) -> StreamEntry:
         s = self.find_stream(name)
@@ -435,7 +457,7 @@ class Catalog:
         return s
 
     def streams(self) -> list[StreamEntry]:
-        return [self.get_stream(r[0]) for r in self.query("SELECT name FROM streams ORDER BY 1")[1]]
+        return [stream_of(r) for r in self.query(STREAM_SQL + " ORDER BY name")[1]]
 
     def remove_stream(self, name: str) -> None:
         self.execute("DELETE FROM streams WHERE name = ?", [name])

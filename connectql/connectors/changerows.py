@@ -13,7 +13,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from connectql.errors import SchemaChanged, SchemaEvolved
+from connectql.errors import ConnectQLError, SchemaChanged, SchemaEvolved
 from connectql.toolkit.envelope import META_COLUMNS
 
 
@@ -80,6 +80,12 @@ class ChangeRows:
 # what converting a value that does not fit raises (a schema change raises other errors)
 UNREADABLE = (ValueError, ArithmeticError, LookupError, UnicodeError, pa.ArrowException)
 DEAD_LETTERS = ""  # the __table of a several-table source's dead letters (no table is named '')
+CANNOT_READ = "errors.tolerance = 'all' sends it to the dead-letter stream and goes on"
+
+
+def cannot_read(table: str | None, message: str, hint: str) -> ConnectQLError:
+    """The error of a value that cannot be read (errors.tolerance = 'none'), by default."""
+    return ConnectQLError(f"{message} ({hint})")
 
 
 def dead_letters(records: list[dict], schema: StructType) -> pa.RecordBatch:

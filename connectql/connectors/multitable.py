@@ -17,6 +17,10 @@ from connectql.toolkit.envelope import META_COLUMNS, TABLE_COLUMN
 SEP = "/"
 
 
+# the reader option listing (JSON) the tables stopped by a value they cannot read (catalog)
+FAILED_OPTION = "connectql.tables.failed"
+
+
 def patterns(table: str | None) -> tuple[str, ...]:
     """The items of a `table` value that names several tables (a comma list, or one pattern
     with * ? or %); () when it names one table."""

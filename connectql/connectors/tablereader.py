@@ -18,10 +18,16 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from connectql.connectors import multitable, polling
-from connectql.connectors.changerows import DEAD_LETTERS, UNREADABLE, arrow_schema, dead_letters
+from connectql.connectors.changerows import (
+    DEAD_LETTERS,
+    UNREADABLE,
+    arrow_schema,
+    cannot_read,
+    dead_letters,
+)
 from connectql.connectors.dbsink import META_COLUMNS
 from connectql.connectors.options import from_spark_options, to_spark_options
-from connectql.errors import ConnectQLError
+from connectql.errors import ConnectQLError, TableFailed
 from connectql.runtime.errors import short_error
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
 
@@ -161,6 +167,9 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.multi = parts is not None
         self.schemas: dict[str | None, StructType] = parts or {self.cfg.table: schema}
         self.tables: list[str | None] = list(self.schemas)
+        # several tables: those stopped by a value they cannot read (errors.tolerance = 'none',
+        # the catalog's tables_failed): not read any more
+        self.failed = frozenset(json.loads(options.get(multitable.FAILED_OPTION) or "[]"))
         self.union = arrow_schema(schema) if self.multi else None
         self.cdc = self.cfg.mode == "cdc"
         self.available_now = False
@@ -207,6 +216,20 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cannot read as (DEAD_LETTERS, changerows.dead_letters(...)) when `self.tolerant`,
         else a ConnectQLError naming the table and the change's position."""
         raise NotImplementedError
+
+    @property
+    def live_schemas(self) -> dict[str | None, StructType]:
+        """The schemas of the tables still read (less the failed ones)."""
+        return {t: s for t, s in self.schemas.items() if t not in self.failed}
+
+    def cannot_read(self, table: str | None, message: str, hint: str) -> ConnectQLError:
+        """What a value that cannot be read raises with errors.tolerance = 'none': with several
+        tables, TableFailed (that table stops, the others go on); with one, the connector fails."""
+        if self.multi and table is not None:
+            return TableFailed(
+                table, f"{message} (the table stops, the other tables go on; {hint})"
+            )
+        return cannot_read(table, message, hint)
 
     @property
     def tolerant(self) -> bool:
@@ -537,10 +560,11 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, part: Range | Group) -> Iterator[pa.RecordBatch]:
         conn = self.connect()
         try:
-            if not isinstance(part, Group):
+            if not isinstance(part, Group) and part.table not in self.failed:
                 yield from self._read(conn, part)
             for one in part.parts if isinstance(part, Group) else ():
-                yield from self._read(conn, one, fast=False)
+                if one.table not in self.failed:
+                    yield from self._read(conn, one, fast=False)
         finally:
             conn.close()
 
@@ -582,10 +606,8 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             f" {short_error(str(e))[:300]}"
         )
         if not self.tolerant:
-            raise ConnectQLError(
-                f"{message} (errors.tolerance = 'all' sends them to the dead-letter stream and"
-                " goes on)"
-            ) from None
+            hint = "errors.tolerance = 'all' sends them to the dead-letter stream and goes on"
+            raise self.cannot_read(table, message, hint) from None
         offset = {"table": table, "after": part.after, "upto": part.upto, "mode": self.cfg.mode}
         record = {
             "table": table, "ts_ms": time.time_ns() // 1_000_000, "offset": offset,

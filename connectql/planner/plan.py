@@ -122,7 +122,12 @@ class PlanContext:
         return {t: self.stream_path(table_stream(stream, t)) for t in tables}
 
     def checkpoint(self, connector: str) -> str:
-        return str(self.home / "checkpoints" / connector)
+        return checkpoint_path(self.home, connector)
+
+
+def checkpoint_path(home: Path, connector: str) -> str:
+    """Where the connector's Spark checkpoint lives under the worker's home."""
+    return str(home / "checkpoints" / connector)
 
 
 def connector_type(entry_type: str | None, options: dict[str, Any], where: str) -> str:

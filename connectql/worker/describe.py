@@ -88,6 +88,7 @@ def _connector(worker, name: str) -> Result:
         ("type", e.type),
         ("stream", ", ".join(e.streams)),
         *([("tables", ", ".join(e.tables))] if e.tables else []),
+        *[(f"table {t} stopped", error) for t, error in e.tables_failed.items()],
         *zip(keys, rows[0], strict=True),
         ("checkpoint", str(worker.home / "checkpoints" / name)),
     ]

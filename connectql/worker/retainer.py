@@ -71,6 +71,10 @@ class Retainer:
         self._reported: set[tuple[str, str]] = set()
         self._closed = threading.Event()
         self._pass = threading.Lock()  # one pass at a time: two would merge the same files
+        # the catalog's connectors and their writers, read once per pass (not per stream:
+        # a source of 1,000 tables has 1,000 streams)
+        self._entries: list | None = None
+        self._writer_commits: dict[str, int | None] | None = None
         self._thread = threading.Thread(target=self._run, name="connectql-retention", daemon=True)
         self._thread.start()
 
@@ -95,7 +99,14 @@ class Retainer:
     def run_once(self) -> None:
         """One pass over every stream; a stream that fails is logged and the others go on."""
         with self._pass:
-            self._pass_once()
+            self._entries, self._writer_commits = self.worker.catalog.connectors(), None
+            try:
+                self._pass_once()
+            finally:
+                self._entries = self._writer_commits = None
+
+    def _connectors(self) -> list:
+        return self._entries if self._entries is not None else self.worker.catalog.connectors()
 
     def _pass_once(self) -> None:
         cat = self.worker.catalog
@@ -135,6 +146,10 @@ class Retainer:
         read_by = self._readers(stream)
         limits = Limits.of(options)
         d = decide(entries, limits, read_by) if limits.age_ms or limits.bytes else Decision()
+        if d.remove and self._entries is not None:  # decide again on a fresh view (_merge)
+            self._entries, self._writer_commits = cat.connectors(), None
+            read_by = self._readers(stream)
+            d = decide(entries, limits, read_by)
         if d.remove:
             self._remove(stream, d)
         self._report_held(stream.name, d, limits)
@@ -163,32 +178,37 @@ class Retainer:
 
     def _readers(self, stream: StreamEntry) -> dict[str, Reader]:
         """The progress of each sink reading the stream."""
-        cat = self.worker.catalog
         return {
             e.name: reader_of(self.worker.checkpoint_of(e.name))
-            for e in cat.connectors()
+            for e in self._connectors()
             if e.kind == "sink" and stream.name in e.streams
         }
 
     def _writers(self) -> dict[str, int | None]:
-        """Each connector's writer id (its stream files' prefix) -> its last committed batch."""
+        """Each connector's writer id (its stream files' prefix) -> its last committed batch,
+        read once per pass (an older commit only keeps more files from merging)."""
+        if self._writer_commits is not None:
+            return self._writer_commits
         writers = {}
-        for e in self.worker.catalog.connectors():
+        for e in self._connectors():
             checkpoint = Path(self.worker.checkpoint_of(e.name))
             wid = checkpoint / "connectql-writer-id"
             if wid.exists():
                 writers[wid.read_text().strip()] = last_commit(checkpoint)
+        if self._entries is not None:
+            self._writer_commits = writers
         return writers
 
     def _merge(self, stream: StreamEntry, entries: list[dict], readers, limits) -> list[dict]:
         """Merge the small files every reader has passed (under cleanup = 'compact', rewrite
         them keeping the last change per key); returns the log's entries after."""
-        writers, keep = self._writers(), None
-        if limits.compact and stream.key_columns:
-            groups = [g for g in [compact_group(entries, readers, writers)] if g]
-            keep = last_changes(stream.key_columns, time.time() * 1000 - limits.tombstone_ms)
-        else:
-            groups = merge_groups(entries, readers, writers, limits.merge_bytes)
+        groups, keep = self._groups(stream, entries, readers, limits)
+        if groups and self._entries is not None:
+            # decided on the pass's view of connectors: decide again on a fresh one (a sink or
+            # a writer created since must hold its files back)
+            self._entries, self._writer_commits = self.worker.catalog.connectors(), None
+            readers = self._readers(stream)
+            groups, keep = self._groups(stream, entries, readers, limits)
         for group in groups:
             if self._closed.is_set():
                 break
@@ -200,6 +220,14 @@ class Retainer:
             entries = [e for e in entries if e["path"] not in paths] + [entry]
             log.info("merged %d files of stream %s into one", len(group), stream.name)
         return entries
+
+    def _groups(self, stream: StreamEntry, entries: list[dict], readers, limits):
+        """(groups of files to merge, the compaction's filter or None)."""
+        writers = self._writers()
+        if limits.compact and stream.key_columns:
+            keep = last_changes(stream.key_columns, time.time() * 1000 - limits.tombstone_ms)
+            return [g for g in [compact_group(entries, readers, writers)] if g], keep
+        return merge_groups(entries, readers, writers, limits.merge_bytes), None
 
     def _remove(self, stream: StreamEntry, d: Decision) -> None:
         cat = self.worker.catalog

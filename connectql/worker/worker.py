@@ -19,11 +19,11 @@ from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry, table_stream
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
-from connectql.connectors.multitable import patterns, union_schema
+from connectql.connectors.multitable import FAILED_OPTION, patterns, union_schema
 from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.grammar import ast
-from connectql.planner.plan import Plan, PlanContext, build_plan
+from connectql.planner.plan import Plan, PlanContext, build_plan, checkpoint_path
 from connectql.planner.resolve import resolve, resolve_value
 from connectql.runtime import session
 from connectql.runtime.cluster import check_cluster, check_home_given, is_cluster
@@ -232,7 +232,7 @@ class Worker:
             self.engine.wait(waiting[0], 0.5)
 
     def checkpoint_of(self, name: str) -> str:
-        return str(self._context().checkpoint(name))
+        return checkpoint_path(self.home, name)
 
     def options_of(self, name: str) -> dict:
         """The connector's supervision options (errors.retry.*, stall.timeout.ms): its own, else
@@ -461,7 +461,10 @@ class Worker:
                 for t, s in zip(plan.table_paths, streams, strict=True)
             ]
             schema = schema_ddl(union_schema(parts))
-        return replace(plan, reader=replace(plan.reader, schema=schema))
+        options = plan.reader.options
+        if entry.tables_failed:
+            options = {**options, FAILED_OPTION: json.dumps(sorted(entry.tables_failed))}
+        return replace(plan, reader=replace(plan.reader, schema=schema, options=options))
 
     def _wait_for_feeders(self, streams: list[str]) -> None:
         feeders = [

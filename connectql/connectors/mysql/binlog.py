@@ -35,7 +35,14 @@ from pymysqlreplication.row_event import (
 )
 from pyspark.sql.types import StructType
 
-from connectql.connectors.changerows import DEAD_LETTERS, UNREADABLE, ChangeRows, dead_letters
+from connectql.connectors.changerows import (
+    CANNOT_READ,
+    DEAD_LETTERS,
+    UNREADABLE,
+    ChangeRows,
+    cannot_read,
+    dead_letters,
+)
 from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.mysql.client import (
     bounded_connect,
@@ -352,11 +359,12 @@ def _ends(w: Window) -> tuple:
 
 def read_changes(
     walker: Walker, part, schemas: dict[str, StructType], keys: dict[str, list], conn,
-    tolerant: bool = False,
+    tolerant: bool = False, fail=None,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:  # fmt: skip
-    """(table, change rows) of the captured tables' changes in the transactions ending in
-    (part.log_from, part.log_to]; `schemas` and `keys` by table. A change that cannot be read
-    fails the read, naming its table and position, or when `tolerant` is one of the dead
+    """(table, change rows) of the changes of the tables of `schemas` in the transactions
+    ending in (part.log_from, part.log_to]; `schemas` and `keys` by table. A change that
+    cannot be read fails the read with `fail(table, message, hint)` (default: a
+    ConnectQLError), naming its table and position, or when `tolerant` is one of the dead
     letters yielded last as (DEAD_LETTERS, rows)."""
     cfg = walker.cfg
     rows = {
@@ -370,6 +378,8 @@ def read_changes(
             break
         types = {t: {c.name: c.column_type for c in walker.columns[t]} for t in schemas}
         for seq, (table, op, values, before) in enumerate(txn.changes, start=1):
+            if table not in rows:  # a table stopped (TableFailed)
+                continue
             meta = {"__ts_ms": txn.ts_ms, "__pos": text_pos(txn.end, seq)}
             meta["__source"] = source(cfgs[table], False, **txn.end, gtid=txn.gtid)
             try:
@@ -379,9 +389,8 @@ def read_changes(
             except UNREADABLE as e:
                 record = _poison(cfg, table, op, values, txn, meta, e)
                 if not tolerant:
-                    raise ConnectQLError(
-                        f"{record['error_message']} (errors.tolerance = 'all' sends it to the"
-                        " dead-letter stream and goes on)"
+                    raise (fail or cannot_read)(
+                        table, record["error_message"], CANNOT_READ
                     ) from None
                 dead.append(record)
         if order(txn.end) == end:

@@ -89,7 +89,9 @@ class MysqlStreamReader(TableStreamReader):
     def log_read(self, conn, part: Range) -> Iterator[tuple[str, pa.RecordBatch]]:
         keys = {t: self.meta(conn, t).key for t in self.tables}
         walker = self._walker(conn, 1)
-        yield from binlog.read_changes(walker, part, self.schemas, keys, conn, self.tolerant)
+        yield from binlog.read_changes(
+            walker, part, self.live_schemas, keys, conn, self.tolerant, self.cannot_read
+        )
 
     def log_snapshot(self, conn, table, part: Range) -> Iterator[pa.RecordBatch]:
         src = self._src(table)

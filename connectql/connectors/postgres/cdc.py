@@ -15,7 +15,14 @@ import pyarrow as pa
 from psycopg import sql
 from pyspark.sql.types import StructType
 
-from connectql.connectors.changerows import DEAD_LETTERS, UNREADABLE, ChangeRows, dead_letters
+from connectql.connectors.changerows import (
+    CANNOT_READ,
+    DEAD_LETTERS,
+    UNREADABLE,
+    ChangeRows,
+    cannot_read,
+    dead_letters,
+)
 from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.postgres.client import qualified
 from connectql.connectors.postgres.pgoutput import UNCHANGED_TOAST, Begin, Change, Commit, Decoder
@@ -205,8 +212,9 @@ def transactions(conn, slot: str, lsn_from: int, lsn_to: int) -> Iterator[tuple]
 
 
 def change_batches(
-    cfg, schemas: dict[str, StructType], keys: dict[str, list], txns, seen=None, tolerant=False
-) -> Iterator[tuple[str, pa.RecordBatch]]:
+    cfg, schemas: dict[str, StructType], keys: dict[str, list], txns, seen=None, tolerant=False,
+    fail=None,
+) -> Iterator[tuple[str, pa.RecordBatch]]:  # fmt: skip
     """(table, change rows) of the captured tables' changes in `txns` (commit LSN, ts_ms, xid,
     [Change]), in commit order; `schemas` and `keys` by table. `seen(table, xid)`: whether the
     table's snapshot already holds that transaction's changes (they are left out). A change
@@ -232,9 +240,8 @@ def change_batches(
                 except UNREADABLE as e:
                     record = _poison(one, change, commit, meta, e)
                     if not tolerant:
-                        raise ConnectQLError(
-                            f"{record['error_message']} (errors.tolerance = 'all' sends it to"
-                            " the dead-letter stream and goes on)"
+                        raise (fail or cannot_read)(
+                            one.table, record["error_message"], CANNOT_READ
                         ) from None
                     dead.append(record)
     for one, builder in builders.values():

@@ -153,7 +153,7 @@ class PostgresStreamReader(TableStreamReader):
             return table in seen and walstream.visible(xid, seen[table])
 
         yield from cdc.change_batches(
-            self.cfg, self.schemas, keys, txns, in_snapshot, self.tolerant
+            self.cfg, self.live_schemas, keys, txns, in_snapshot, self.tolerant, self.cannot_read
         )
 
     def _keyless_snapshot(self, conn, part: Range) -> Iterator[pa.RecordBatch]:

@@ -16,6 +16,11 @@ from typing import Any
 from pyspark.errors import PySparkException, StreamingQueryException
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryProgressEvent,
+    QueryTerminatedEvent,
+    StreamingQueryProgress,
+)
 from pyspark.sql.types import StructType
 
 from connectql.connectors.base import ReaderSpec
@@ -410,6 +415,15 @@ class _Listener(StreamingQueryListener):
     def __init__(self, engine: Engine):
         self.engine = engine
 
+    @property
+    def _jlistener(self):
+        from pyspark import SparkContext
+
+        if not hasattr(self, "_jlistenerobj"):
+            wrapper = SparkContext._jvm.PythonStreamingQueryListenerWrapper
+            self._jlistenerobj = wrapper(_JsonEvents(self))
+        return self._jlistenerobj
+
     def onQueryStarted(self, event):  # noqa: N802 (Spark's names)
         pass
 
@@ -427,3 +441,28 @@ class _Listener(StreamingQueryListener):
             self.engine._terminated(str(event.runId), event.exception)
         except Exception:
             log.exception("handling query termination failed")
+
+
+class _JsonEvents:
+    """The Java side of _Listener: a progress event crosses py4j as one JSON text. pyspark's
+    own bridge asks the JVM for each field of each event (dozens of py4j calls): with a few
+    queries running, Spark's listener thread spent about a fifth of a core on it."""
+
+    def __init__(self, listener: _Listener):
+        self.listener = listener
+
+    def onQueryStarted(self, jevent):  # noqa: N802
+        pass
+
+    def onQueryProgress(self, jevent):  # noqa: N802
+        progress = StreamingQueryProgress.fromJson(json.loads(jevent.progress().json()))
+        self.listener.onQueryProgress(QueryProgressEvent(progress))
+
+    def onQueryIdle(self, jevent):  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, jevent):  # noqa: N802
+        self.listener.onQueryTerminated(QueryTerminatedEvent.fromJObject(jevent))
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]

@@ -195,3 +195,66 @@ def test_merging_keeps_columns_added_later(tmp_path):
     rows = read_parquet_rows(stream, "SELECT id, name FROM t ORDER BY id")
     assert rows == [(1, None), (2, "b")]
     assert os.stat(old).st_mtime >= before - 1  # kept on disk for readers that listed it
+
+
+KILLED_SCRIPT = """
+SET stream.retention.check.interval = '200 ms';
+CREATE STREAM IF NOT EXISTS s WITH ('merge.target.bytes' = '1 MB');
+CREATE SOURCE CONNECTOR IF NOT EXISTS g FROM datagen INTO s WITH ('rows.per.second' = 1000,
+  'rows.total' = {total}, 'trigger.interval' = '200 milliseconds',
+  fields = 'id BIGINT SEQUENCE, v DOUBLE RANDOM(0, 1)');
+CREATE SINK CONNECTOR IF NOT EXISTS k TO file FROM s WITH (path = '{sink}',
+  'trigger.interval' = '300 ms');
+"""
+
+
+@pytest.mark.scenario
+def test_a_worker_killed_while_merging_under_a_running_sink_loses_and_repeats_nothing(tmp_path):
+    """kill -9 of a `connectql run` worker whose retention pass merges the stream under a
+    running source and sink, four times: each as soon as a merged file is being written (on
+    disk, not yet in the log), or a moment after a merge when none is caught. After a last
+    worker has run to the end, the stream and the sink each hold every id once, alike."""
+    from tests.crash import kill_everything, start_worker
+
+    total, home, sink, logs = 60_000, tmp_path / "home", tmp_path / "sink", tmp_path / "logs"
+    logs.mkdir()
+    script = tmp_path / "merging.sql"
+    script.write_text(KILLED_SCRIPT.format(total=total, sink=sink))
+    stream, during = home / "streams/s", 0
+    for n in range(4):
+        proc = start_worker(home, script, logs, f"w{n}")
+        try:
+            logged, leftover = _merge_files(stream)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:
+                now_logged, unlogged = _merge_files(stream)
+                if unlogged - leftover:  # a merged file being written
+                    during += 1
+                    break
+                if now_logged - logged:
+                    time.sleep((0.05, 0.15, 0.3, 0.6)[n])
+                    break
+                time.sleep(0.005)
+        finally:
+            kill_everything(proc)
+    last = start_worker(home, script, logs, "last")
+    try:
+        wait_until(lambda: (read_parquet_rows(sink) or [(0, 0)])[0][0] >= total, 300, 0.5)
+        last.send_signal(signal.SIGINT)
+        assert last.wait(timeout=120) == 0
+    finally:
+        kill_everything(last)
+    print(f"\n{during} of 4 kills landed while a merged file was being written")
+    whole = "SELECT count(*), count(DISTINCT id), min(id), max(id), sum(hash(id, v)) FROM t"
+    in_stream, in_sink = read_parquet_rows(stream, whole), read_parquet_rows(sink, whole)
+    assert in_stream[0][:4] == (total, total, 0, total - 1)
+    assert in_sink == in_stream
+    assert _merged(stream), "no merge happened"
+
+
+def _merge_files(stream: Path) -> tuple[set[str], set[str]]:
+    """Names of the merged files in the stream's log, and of those on disk but not in it."""
+    if not (stream / "_spark_metadata").exists():
+        return set(), set()
+    logged = {Path(f).name for f in _merged(stream)}
+    return logged, {f.name for f in stream.glob("merged-*.parquet")} - logged

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from connectql.api import models
 from connectql.catalog.redact import MASK, redact, redact_value
 from connectql.catalog.store import ConnectorEntry
 from connectql.connectors import registry
@@ -18,12 +19,13 @@ def statement(body: Any) -> ast.CreateSourceConnector | ast.CreateSinkConnector:
     """`{"name": ..., "config": {"connector.class": ..., ...}}` as the CREATE it stands for.
     The class names our type, as `postgres`, `postgres-sink` or `PostgresSinkConnector`; a sink
     reads the stream named by `topics` (or `stream`)."""
-    if not isinstance(body, dict) or not isinstance(body.get("config"), dict):
+    given = models.parsed(models.NewConnector, body)
+    if given is None:
         raise ValidationError(
             'the body must be a CREATE statement or {"name": ..., "config": {...}}'
         )
-    config = {str(k): v for k, v in body["config"].items()}
-    name = body.get("name") or config.pop("name", None)
+    config = {str(k): v for k, v in given.config.items()}
+    name = given.name or config.pop("name", None)
     config.pop("name", None)
     if not ast.is_name(name):
         raise ValidationError(f"connector name {name!r} must be a word: letters, digits and _")
@@ -279,10 +281,10 @@ def restart_flags(query: dict[str, str]) -> dict[str, bool]:
 def offsets_reset(body: Any) -> None:
     """ValidationError unless the body is {"offsets": [...]} with every offset null: connectql
     forgets a connector's offsets, it cannot set them to a value."""
-    given = body.get("offsets") if isinstance(body, dict) else None
-    if not isinstance(given, list) or not all(isinstance(o, dict) for o in given):
+    reset = models.parsed(models.OffsetsReset, body)
+    if reset is None:
         raise ValidationError('the body must be {"offsets": [{"partition": ..., "offset": null}]}')
-    if any(o.get("offset") is not None for o in given):
+    if any(o.get("offset") is not None for o in reset.offsets):
         raise ValidationError(
             "connectql can only reset a connector's offsets (every offset null), not set them"
             " to a value: its checkpoint is Spark's, not Kafka Connect's offsets topic"

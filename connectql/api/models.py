@@ -1,11 +1,12 @@
-"""The API's bodies as pydantic models: the OpenAPI document's schemas are generated from them.
-Kafka Connect's shapes carry connectql's extra fields, so most models allow extra keys."""
+"""The API's bodies as pydantic models: the OpenAPI document's schemas are generated from them,
+and the JSON request bodies are read through them. Kafka Connect's shapes carry connectql's
+extra fields, so most models allow extra keys."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class Open(BaseModel):
@@ -124,3 +125,51 @@ class TaskInfo(Open):
 
 class Topics(Open):
     topics: list[str]
+
+
+# ---------------------------------------------------------------- request bodies
+ConfigMap = dict[str, str | int | float | bool]  # a connector's options, as Kafka Connect sends
+
+
+class SqlScript(Open):
+    """POST /sql as JSON (a text body is the script itself)."""
+
+    sql: str = Field(description="one or more statements, separated by ;")
+    source: str = Field("", description="the script's file name, for messages")
+
+
+class NewConnector(Open):
+    """Kafka Connect's POST /connectors body (a text body is a CREATE statement)."""
+
+    # Any, not str: a name that is not a word is refused by the statement, naming it
+    name: Any = Field(
+        None,
+        description="the connector's name (else config's name)",
+        json_schema_extra={"type": "string"},
+    )
+    config: dict[str, Any] = Field(
+        description="connector.class (our type, e.g. postgres-sink) and the options",
+        json_schema_extra={"additionalProperties": {"type": ["string", "number", "boolean"]}},
+    )
+
+
+class OffsetsReset(Open):
+    """PATCH /connectors/{name}/offsets: every offset null (connectql resets, it cannot set)."""
+
+    offsets: list[dict[str, Any]] = Field(
+        description='each {"partition": {...}, "offset": null}, as GET .../offsets lists them'
+    )
+
+
+def parsed(model: type[BaseModel], body: Any):
+    """`body` read as `model`; None when it does not fit (the caller names what is wrong, in
+    connectql's words)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError:
+        return None
+
+
+def body_schema(model: type[BaseModel], example: Any) -> dict:
+    """The JSON request body of an operation, from `model`, for the OpenAPI document."""
+    return {"schema": model.model_json_schema(), "example": example}

@@ -6,16 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from connectql.api import models
 from connectql.api.routes import EXPAND
 from connectql.connectors import registry
 
-_CONFIG = {
-    "type": "object",
-    "additionalProperties": {
-        "oneOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]
-    },
-}
 _NAME = {
     "name": "name",
     "in": "path",
@@ -55,13 +51,13 @@ def _type() -> dict:
     }
 
 
-def _text_or_json(text_example: str, schema: dict, example: dict) -> dict:
+def _text_or_json(text_example: str, model, example: dict) -> dict:
     return {
         "requestBody": {
             "required": True,
             "content": {
                 "text/plain": {"schema": {"type": "string"}, "example": text_example},
-                "application/json": {"schema": schema, "example": example},
+                "application/json": models.body_schema(model, example),
             },
         }
     }
@@ -69,20 +65,12 @@ def _text_or_json(text_example: str, schema: dict, example: dict) -> dict:
 
 _SQL_BODY = _text_or_json(
     "SHOW CONNECTORS",
-    {
-        "type": "object",
-        "properties": {"sql": {"type": "string"}, "source": {"type": "string"}},
-        "required": ["sql"],
-    },
+    models.SqlScript,
     {"sql": "SHOW CONNECTORS; SELECT count(*) FROM numbers"},
 )
 _CREATE_BODY = _text_or_json(
     "CREATE SOURCE CONNECTOR gen FROM datagen INTO numbers WITH ('rows.per.second' = 10)",
-    {
-        "type": "object",
-        "properties": {"name": {"type": "string"}, "config": _CONFIG},
-        "required": ["name", "config"],
-    },
+    models.NewConnector,
     {"name": "out", "config": {"connector.class": "file-sink", "topics": "numbers", "path": "out"}},
 )
 _EXPAND = {
@@ -99,31 +87,26 @@ _EXPAND = {
         }
     ]
 }
-_VALIDATE_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": _CONFIG, "example": {"rows.per.second": 10}}},
-    }
-}
-
 _CONFIG_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": _CONFIG, "example": {"rows.per.second": 10}}},
-    }
-}
-_OFFSETS_BODY = {
     "requestBody": {
         "required": True,
         "content": {
             "application/json": {
-                "schema": {
-                    "type": "object",
-                    "properties": {"offsets": {"type": "array", "items": {"type": "object"}}},
-                    "required": ["offsets"],
-                },
-                "example": {"offsets": [{"partition": {"connector": "gen"}, "offset": None}]},
+                "schema": TypeAdapter(models.ConfigMap).json_schema(),
+                "example": {"rows.per.second": 10},
             }
+        },
+    }
+}
+_VALIDATE_BODY = _CONFIG_BODY
+_OFFSETS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": models.body_schema(
+                models.OffsetsReset,
+                {"offsets": [{"partition": {"connector": "gen"}, "offset": None}]},
+            )
         },
     }
 }

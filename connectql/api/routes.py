@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectql.api import kafkaconnect, metrics
+from connectql.api import kafkaconnect, metrics, models
 from connectql.catalog import states
 from connectql.catalog.redact import statement_text
 from connectql.errors import CatalogError, ConnectQLError, StateError
@@ -265,18 +265,23 @@ class Routes:
         return 200, kafkaconnect.validate(req.params["type"], req.json())
 
     # ------------------------------------------------------------------ the rest
+    @staticmethod
+    def _script(body) -> tuple[str, str]:
+        """(sql, source) of a JSON body, read as models.SqlScript."""
+        script = models.parsed(models.SqlScript, body)
+        if script is not None:
+            return script.sql, script.source
+        if isinstance(body, dict) and isinstance(body.get("sql"), str):
+            raise ApiError(400, "source must be a string: the script's file name, for messages")
+        raise ApiError(400, 'the body must be SQL text or {"sql": "..."}')
+
     def sql(self, req: Request):
         """A script: each statement's result; the first failure stops it (400, with the results
         of the statements before it)."""
         if not req.body:
             raise ApiError(400, 'the body is empty: send SQL text or {"sql": "..."}')
         body = req.json() if req.content_type.startswith("application/json") else req.text()
-        text = body.get("sql") if isinstance(body, dict) else body
-        if not isinstance(text, str):
-            raise ApiError(400, 'the body must be SQL text or {"sql": "..."}')
-        source = body.get("source", "") if isinstance(body, dict) else ""
-        if not isinstance(source, str):
-            raise ApiError(400, "source must be a string: the script's file name, for messages")
+        text, source = (body, "") if isinstance(body, str) else self._script(body)
         from connectql.grammar.parser import parse_script
 
         done = []

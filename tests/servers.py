@@ -12,8 +12,10 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -124,6 +126,8 @@ class PrivateServer:
             for pid in self.pids():
                 os.kill(pid, signal.SIGSTOP)
                 stopped.append(pid)
+            assert stopped, f"no process of the server to suspend:\n{self._log_tail()}"
+            _wait_stopped(stopped)
         except BaseException:
             self.unsuspend(stopped)
             raise
@@ -179,3 +183,25 @@ def shared(name: str, factory: Callable[[], PrivateServer]) -> Iterator[PrivateS
         if entry[1] == 0:
             del _shared[name]
             entry[0].stop()
+
+
+def _wait_stopped(pids: list[int], timeout: float = 10.0) -> None:
+    """Until every thread of `pids` is stopped: SIGSTOP takes effect when the kernel next
+    schedules them, and on a loaded machine a query sent at once could still be answered."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = [
+            t for pid in pids for t in Path(f"/proc/{pid}/task").glob("*/stat")
+            if _state(t) not in ("T", "t", "Z", "X", None)
+        ]  # fmt: skip
+        if not running or time.monotonic() > deadline:
+            assert not running, f"threads still running after SIGSTOP: {running[:5]}"
+            return
+        time.sleep(0.01)
+
+
+def _state(stat: Path) -> str | None:
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None  # gone

@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.helpers import read_parquet_rows, wait_until
+from tests.servers import stat_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 CONNECTQL = [sys.executable, "-m", "connectql.cli"]
@@ -133,12 +134,9 @@ def session_members(sid: int) -> list[int]:
     """Pids of the live processes in session `sid` (the worker, its JVM, Spark's daemons)."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
+        fields = stat_fields(stat)
         # after the command: state, ppid, pgrp, session; a zombie (Z) is already dead
-        if int(fields[3]) == sid and fields[0] != "Z":
+        if fields and int(fields[3]) == sid and fields[0] != "Z":
             pids.append(int(stat.parent.name))
     return pids
 

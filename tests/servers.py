@@ -201,7 +201,14 @@ def _wait_stopped(pids: list[int], timeout: float = 10.0) -> None:
 
 
 def _state(stat: Path) -> str | None:
+    fields = stat_fields(stat)
+    return fields[0] if fields else None
+
+
+def stat_fields(stat: Path) -> list[str] | None:
+    """The fields of a /proc/<pid>[/task/<tid>]/stat after the command (state, ppid, pgrp,
+    session, ...); None when the process is gone."""
     try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0]
+        return stat.read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return None  # gone
+        return None

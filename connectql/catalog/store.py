@@ -290,7 +290,8 @@ class Catalog:
             return current
 
     def fail_table(self, name: str, table: str, error: str) -> bool:
-        """Record that `table` of source `name` stopped on `error`; False if it had already."""
+        """Record that `table` of source `name` stopped on `error`; False if it had already.
+        (`last_error` is set with the state change that follows.)"""
         with self.lock:
             rows = self.query("SELECT tables_failed FROM connectors WHERE name = ?", [name])[1]
             failed = json.loads(rows[0][0]) if rows and rows[0][0] else {}
@@ -298,11 +299,14 @@ class Catalog:
                 return False
             failed[table] = error
             self.con.execute(
-                "UPDATE connectors SET tables_failed = ?, last_error = ?, updated_at = ?"
-                " WHERE name = ?",
-                [json.dumps(failed), error, now(), name],
+                "UPDATE connectors SET tables_failed = ?, updated_at = ? WHERE name = ?",
+                [json.dumps(failed), now(), name],
             )
             return True
+
+    def clear_failed_tables(self, name: str) -> None:
+        """Every table of source `name` is to be read again (its offsets were reset)."""
+        self.execute("UPDATE connectors SET tables_failed = NULL WHERE name = ?", [name])
 
     def log_event(self, name: str, state: str, reason: str) -> None:
         """An event that changes no state (e.g. offsets reset)."""

@@ -90,7 +90,7 @@ def _connector(worker, name: str) -> Result:
         *([("tables", ", ".join(e.tables))] if e.tables else []),
         *[(f"table {t} stopped", error) for t, error in e.tables_failed.items()],
         *zip(keys, rows[0], strict=True),
-        ("checkpoint", str(worker.home / "checkpoints" / name)),
+        ("checkpoint", worker.checkpoint_of(name)),
     ]
     if e.select_sql:
         props.append(("transform", e.select_sql))

@@ -61,8 +61,8 @@ def _started(worker, name: str, started: bool, done: str) -> Result:
 
 def reset_offsets(worker, entry) -> Result:
     """Forget the connector's offsets: its next start reads from the beginning (a source
-    re-snapshots, its stopped tables too; a database sink re-applies its stream). The new checkpoint gets a new writer
-    id, so the batches it writes are new ones, not replays."""
+    re-snapshots, its stopped tables too; a database sink re-applies its stream). The new
+    checkpoint gets a new writer id, so the batches it writes are new ones, not replays."""
     plan = worker._plan(entry)
     if plan.kind == "sink" and plan.writer.path:
         raise ConnectQLError(
@@ -73,10 +73,7 @@ def reset_offsets(worker, entry) -> Result:
     cleanup = worker._cleanup(entry)  # e.g. a replication slot: the next start makes a new one
     shutil.rmtree(plan.checkpoint, ignore_errors=True)
     worker.catalog.execute("DELETE FROM connector_offsets WHERE connector = ?", [entry.name])
-    # every table is read again from the start: the stopped ones too
-    worker.catalog.execute(
-        "UPDATE connectors SET tables_failed = NULL WHERE name = ?", [entry.name]
-    )
+    worker.catalog.clear_failed_tables(entry.name)
     worker.catalog.log_event(entry.name, entry.state, "offsets reset by user")
     return Result(
         f"reset the offsets of connector {entry.name}; it starts from the beginning when"

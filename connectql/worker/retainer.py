@@ -146,9 +146,8 @@ class Retainer:
         read_by = self._readers(stream)
         limits = Limits.of(options)
         d = decide(entries, limits, read_by) if limits.age_ms or limits.bytes else Decision()
-        if d.remove and self._entries is not None:  # decide again on a fresh view (_merge)
-            self._entries, self._writer_commits = cat.connectors(), None
-            read_by = self._readers(stream)
+        if d.remove and self._entries is not None:
+            read_by = self._fresh_readers(stream)
             d = decide(entries, limits, read_by)
         if d.remove:
             self._remove(stream, d)
@@ -184,6 +183,13 @@ class Retainer:
             if e.kind == "sink" and stream.name in e.streams
         }
 
+    def _fresh_readers(self, stream: StreamEntry) -> dict[str, Reader]:
+        """_readers on a fresh read of the catalog's connectors: what a pass removes or merges
+        is decided again on it, since a sink or a writer created during the pass must hold its
+        files back."""
+        self._entries, self._writer_commits = self.worker.catalog.connectors(), None
+        return self._readers(stream)
+
     def _writers(self) -> dict[str, int | None]:
         """Each connector's writer id (its stream files' prefix) -> its last committed batch,
         read once per pass (an older commit only keeps more files from merging)."""
@@ -204,10 +210,7 @@ class Retainer:
         them keeping the last change per key); returns the log's entries after."""
         groups, keep = self._groups(stream, entries, readers, limits)
         if groups and self._entries is not None:
-            # decided on the pass's view of connectors: decide again on a fresh one (a sink or
-            # a writer created since must hold its files back)
-            self._entries, self._writer_commits = self.worker.catalog.connectors(), None
-            readers = self._readers(stream)
+            readers = self._fresh_readers(stream)
             groups, keep = self._groups(stream, entries, readers, limits)
         for group in groups:
             if self._closed.is_set():

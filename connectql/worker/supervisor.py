@@ -89,11 +89,12 @@ class Supervisor:
             if evolved:
                 self._later(name, lambda: self._evolve(name, evolved, error))
                 return
-            stopped_table = table_failed(error)
-            table, message = stopped_table or (None, "")
-            if table is not None and cat.fail_table(name, table, self.worker._scrub(message)):
-                self._later(name, lambda: self._without_table(name, table, message))
-                return
+            stopped = table_failed(error)
+            if stopped:
+                table, message = stopped[0], self.worker._scrub(stopped[1])
+                if cat.fail_table(name, table, message):
+                    self._later(name, lambda: self._without_table(name, table, message))
+                    return
             permanent = permanent_cause(error)
             self.failed(name, permanent or short_error(error), permanent=permanent is not None)
         else:
@@ -149,13 +150,13 @@ class Supervisor:
 
     def _without_table(self, name: str, table: str, error: str) -> None:
         """Start the source again at once without the table that stopped (recorded in the
-        catalog's tables_failed); the other tables go on from the same offset."""
+        catalog's tables_failed; `error` scrubbed); the other tables go on from the same
+        offset."""
         with self._launching:
             self.timers.pop(name, None)
             if self._closed.is_set() or not self.worker.catalog.has_connector(name):
                 return
             reason = f"table {table} stopped: a value it cannot read; the other tables go on"
-            error = self.worker._scrub(error)
             log.warning("connector %s: %s: %s", name, reason, error)
             self.worker.catalog.set_state(name, states.RESTARTING, reason, error=error)
             self._relaunch(name)

@@ -43,31 +43,45 @@ def test_which_table_values_name_several_tables():
         multitable.matching(names, ("orders", "invoice*"), "database shop")
 
 
-def test_a_union_schema_splits_back_into_each_tables_schema(spark):
+def test_several_tables_travel_packed_a_spark_row_per_chunk_of_one_table(spark, monkeypatch):
+    from connectql.connectors.base import ReaderSpec
+
     orders = StructType.fromDDL("id BIGINT, amount DECIMAL(12,2), __op STRING, __pos STRING")
     lines = StructType.fromDDL("id INT, sku STRING, __op STRING, __pos STRING")
-    union = multitable.union_schema([("orders", orders), ("lines", lines)])
-    assert union.fieldNames() == [
-        "__table", "orders/id", "orders/amount", "lines/id", "lines/sku", "__op", "__pos",
-    ]  # fmt: skip
-    parts = multitable.split_union(union)
-    assert [p.simpleString() for p in parts.values()] == [
-        orders.simpleString(), lines.simpleString()
-    ]  # fmt: skip
-    assert multitable.split_union(orders) is None
-    batch = pa.RecordBatch.from_pydict(
-        {"id": pa.array([7], pa.int32()), "sku": ["x"], "__op": ["c"], "__pos": ["p"]}
+    spec = multitable.with_tables_schemas(
+        ReaderSpec("connectql_mysql", options={"table": "o*"}),
+        [("orders", orders), ("lines", lines)],
     )
-    target = pa.schema(
-        [("__table", pa.string()), ("orders/id", pa.int64()), ("orders/amount", pa.decimal128(12, 2)),
-         ("lines/id", pa.int32()), ("lines/sku", pa.string()), ("__op", pa.string()),
-         ("__pos", pa.string())]
-    )  # fmt: skip
-    row = multitable.to_union(batch, "lines", target).to_pylist()
-    assert row == [
-        {"__table": "lines", "orders/id": None, "orders/amount": None, "lines/id": 7,
-         "lines/sku": "x", "__op": "c", "__pos": "p"}
+    assert StructType.fromDDL(spec.schema).fieldNames() == ["__table", "__rows"]
+    parts = multitable.option_schemas(spec.options)
+    assert [(t, s.simpleString()) for t, s in parts.items()] == [
+        ("orders", orders.simpleString()), ("lines", lines.simpleString())
     ]  # fmt: skip
+    assert multitable.option_schemas({"table": "orders"}) is None
+    target = pa.schema(
+        [("id", pa.int32()), ("sku", pa.string()), ("__op", pa.string()), ("__pos", pa.string())]
+    )
+    batch = pa.RecordBatch.from_pydict(  # the database's column order, not the stream's
+        {"sku": ["x", None, "z"], "id": pa.array([7, 8, 9], pa.int32()), "__pos": ["p"] * 3,
+         "__op": ["c", "u", "d"]}
+    )  # fmt: skip
+    monkeypatch.setattr(multitable, "PACK_BYTES", batch.nbytes // 3 + 1)  # a chunk per row
+    packed = multitable.pack("lines", batch, target)
+    assert packed.num_rows == 3 and packed.column("__table").to_pylist() == ["lines"] * 3
+    first = pa.Table.from_batches([multitable.pack("orders", pa.RecordBatch.from_pydict(
+        {"id": [1], "amount": [None], "__op": ["r"], "__pos": ["q"]}), pa.schema(
+        [("id", pa.int64()), ("amount", pa.decimal128(12, 2)), ("__op", pa.string()),
+         ("__pos", pa.string())]))])  # fmt: skip
+    rows = multitable.by_table(pa.concat_tables([first, pa.Table.from_batches([packed])]))
+    assert list(rows) == ["orders", "lines"]
+    assert rows["lines"].schema == target
+    assert rows["lines"].to_pylist() == [
+        {"id": 7, "sku": "x", "__op": "c", "__pos": "p"},
+        {"id": 8, "sku": None, "__op": "u", "__pos": "p"},
+        {"id": 9, "sku": "z", "__op": "d", "__pos": "p"},
+    ]
+    assert rows["orders"].to_pylist() == [{"id": 1, "amount": None, "__op": "r", "__pos": "q"}]
+    assert multitable.pack("lines", batch.slice(0, 0), target).num_rows == 0
 
 
 # ------------------------------------------------------------------ MariaDB: cdc

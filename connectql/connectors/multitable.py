@@ -1,20 +1,27 @@
 """Several tables in one source: which `table` values name several (a comma list or patterns),
-and the one Spark schema that carries them all: each table's columns as `<table>/<column>`,
-a `__table` tag, then the change-data columns. Each table's rows go to a stream of their own."""
+and how their rows travel through one Spark query: packed, a Spark row per chunk of one table's
+rows (`__table`, and the rows as Arrow IPC in its stream's columns), so that a batch's plan does
+not grow with the tables' columns. Each table's rows go to a stream of their own."""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
-import itertools
+import json
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from connectql.errors import PlanError
-from connectql.toolkit.envelope import META_COLUMNS, TABLE_COLUMN
+from connectql.toolkit.envelope import TABLE_COLUMN
 
-SEP = "/"
+ROWS_COLUMN = "__rows"  # a chunk of one table's rows as Arrow IPC
+# the reader option listing (JSON) each table's stream schema: [[table, Spark schema JSON], ...]
+SCHEMAS_OPTION = "connectql.tables.schemas"
+# the Spark schema of a several-table source: a row is one chunk of one table's rows
+PACKED_DDL = f"`{TABLE_COLUMN}` STRING, `{ROWS_COLUMN}` BINARY"
+# a chunk's size at most (about): one Spark row holds it whole
+PACK_BYTES = 8 * 1024 * 1024
 
 
 # the reader option listing (JSON) the tables stopped by a value they cannot read (catalog)
@@ -45,97 +52,46 @@ def matching(names: list[str], items: tuple[str, ...], where: str) -> list[str]:
     return found
 
 
-def column(table: str, name: str) -> str:
-    return f"{table}{SEP}{name}"
+def with_tables_schemas(reader, parts: list[tuple[str, StructType]]):
+    """A reader spec (planner) that reads the tables of `parts`, (table, its stream's schema)
+    in reading order: the packed Spark schema, the tables' schemas in SCHEMAS_OPTION."""
+    tables = json.dumps([[t, s.jsonValue()] for t, s in parts])
+    options = {**reader.options, SCHEMAS_OPTION: tables}
+    return dataclasses.replace(reader, schema=PACKED_DDL, options=options)
 
 
-def union_schema(parts: list[tuple[str, StructType]]) -> StructType:
-    """One schema for the rows of several tables: `parts` are (table, its stream's schema)."""
-    meta: list[StructField] = []
-    fields = [StructField(TABLE_COLUMN, StringType(), False)]
-    for table, schema in parts:
-        for f in schema.fields:
-            if f.name in META_COLUMNS:
-                meta = meta or [m for m in schema.fields if m.name in META_COLUMNS]
-            else:
-                fields.append(StructField(column(table, f.name), f.dataType, True, f.metadata))
-    return StructType(fields + meta)
-
-
-def split_union(schema: StructType) -> dict[str, StructType] | None:
-    """Each table's schema (its data columns, then the change-data columns) from a union
-    schema, in order; None when `schema` is one table's."""
-    if TABLE_COLUMN not in schema.fieldNames():
+def option_schemas(options: dict[str, str]) -> dict[str, StructType] | None:
+    """Each table's stream schema from a reader's options, in order; None: one table."""
+    text = options.get(SCHEMAS_OPTION)
+    if not text:
         return None
-    meta = [f for f in schema.fields if f.name in META_COLUMNS]
-    tables: dict[str, list[StructField]] = {}
-    for f in schema.fields:
-        if SEP in f.name:
-            table, name = f.name.split(SEP, 1)
-            tables.setdefault(table, []).append(StructField(name, f.dataType, True, f.metadata))
-    return {t: StructType(fields + meta) for t, fields in tables.items()}
+    return {t: StructType.fromJson(s) for t, s in json.loads(text)}
 
 
-def to_union(batch: pa.RecordBatch, table: str, target: pa.Schema) -> pa.RecordBatch:
-    """One table's rows (its own column names) as rows of the union schema `target`."""
-    n, prefix = batch.num_rows, table + SEP
-    arrays = []
-    for f in target:
-        if f.name == TABLE_COLUMN:
-            arrays.append(pa.array([table] * n, f.type))
-        elif f.name.startswith(prefix):
-            arrays.append(batch.column(f.name[len(prefix) :]))
-        elif f.name in META_COLUMNS:
-            arrays.append(batch.column(f.name))
-        else:
-            arrays.append(pa.nulls(n, f.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=target)
+def ipc_bytes(rows: pa.Table | pa.RecordBatch) -> bytes:
+    """Rows as one Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as w:
+        w.write(rows)
+    return sink.getvalue().to_pybytes()
 
 
-def select_table(df, table: str):
-    """The rows of `table` from a union DataFrame, in its stream's columns."""
-    from pyspark.sql import functions as F
-
-    prefix = table + SEP
-    cols = [
-        F.col(f"`{c}`").alias(c[len(prefix) :]) if c.startswith(prefix) else F.col(c)
-        for c in df.columns
-        if c.startswith(prefix) or c in META_COLUMNS
-    ]
-    return df.where(F.col(TABLE_COLUMN) == table).select(*cols)
+def pack(table: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """One table's rows (its own column names) as rows of packed_schema: chunks of at most
+    about PACK_BYTES, each in the columns and types of `target` (its stream's)."""
+    batch = pa.RecordBatch.from_arrays([batch.column(f.name) for f in target], schema=target)
+    per = max(1, batch.num_rows * PACK_BYTES // max(1, batch.nbytes))
+    blobs = [ipc_bytes(batch.slice(i, per)) for i in range(0, batch.num_rows, per)]
+    return pa.RecordBatch.from_arrays(
+        [pa.array([table] * len(blobs), pa.string()), pa.array(blobs, pa.binary())],
+        names=[TABLE_COLUMN, ROWS_COLUMN],
+    )
 
 
 def by_table(rows: pa.Table) -> dict[str, pa.Table]:
-    """A union Arrow table's rows split by table (each table's in stream order), each in its
-    stream's columns: select_table for every table at once."""
-    if not rows.num_rows:
-        return {}
-    rows = rows.take(pc.sort_indices(rows[TABLE_COLUMN]))  # a stable sort
-    out, start = {}, 0
-    for table, run in itertools.groupby(rows[TABLE_COLUMN].to_pylist()):
-        n = sum(1 for _ in run)
-        out[table] = _own_columns(rows.slice(start, n), table)
-        start += n
-    return out
-
-
-def _own_columns(rows: pa.Table, table: str) -> pa.Table:
-    prefix = table + SEP
-    names = [c for c in rows.column_names if c.startswith(prefix) or c in META_COLUMNS]
-    rows = rows.select(names).rename_columns([c.removeprefix(prefix) for c in names])
-    return rows.cast(pa.schema([f.with_type(_plain(f.type)) for f in rows.schema]))
-
-
-def _plain(t: pa.DataType) -> pa.DataType:
-    """`t` with 32-bit offsets (Spark's toArrow may give large types; its files have neither)."""
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_large_list(t) or pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_plain(t.value_type)))
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_plain(f.type)) for f in t])
-    if pa.types.is_map(t):
-        return pa.map_(_plain(t.key_type), _plain(t.item_type))
-    return t
+    """A packed Arrow table's rows (pack) as each table's rows, in the order they came."""
+    chunks: dict[str, list[pa.RecordBatch]] = {}
+    tables, blobs = rows[TABLE_COLUMN].to_pylist(), rows[ROWS_COLUMN].to_pylist()
+    for table, blob in zip(tables, blobs, strict=True):
+        chunks.setdefault(table, []).extend(pa.ipc.open_stream(blob).read_all().to_batches())
+    return {t: pa.Table.from_batches(b) for t, b in chunks.items() if b}

@@ -18,11 +18,12 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from connectql.catalog.streams import log_files
+from connectql.connectors.multitable import ROWS_COLUMN, ipc_bytes
 from connectql.runtime.retention import local_path
 
 FORMAT = "connectql_streams"
 STREAMS_OPTION = "connectql.streams"  # JSON {stream name: its folder}, in reading order
-STREAM_COLUMN, ROWS_COLUMN = "__stream", "__rows"
+STREAM_COLUMN = "__stream"
 SCHEMA = StructType(
     [StructField(STREAM_COLUMN, StringType(), False), StructField(ROWS_COLUMN, BinaryType(), False)]
 )
@@ -135,12 +136,8 @@ def _row_groups(stream: str, path: str) -> Iterator[pa.RecordBatch]:
         log.warning("stream %s: file %s is gone (retention); its rows are skipped", stream, path)
         return
     for i in range(f.num_row_groups):
-        rows = f.read_row_group(i)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, rows.schema) as w:
-            w.write_table(rows)
         yield pa.RecordBatch.from_arrays(
-            [pa.array([stream]), pa.array([sink.getvalue().to_pybytes()], pa.binary())],
+            [pa.array([stream]), pa.array([ipc_bytes(f.read_row_group(i))], pa.binary())],
             names=[STREAM_COLUMN, ROWS_COLUMN],
         )
 

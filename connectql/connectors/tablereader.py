@@ -1,6 +1,6 @@
 """The Spark reader every database table source shares (PostgreSQL, MySQL): offsets, snapshot
 chunks, incremental polling, bulk copies and splitting into tasks, for one table or several
-(multitable: one union schema; snapshots table after table, then one change log for all). A
+(multitable: packed chunks; snapshots table after table, then one change log for all). A
 database subclass supplies its connection, its table description, its SQL dialect (polling.Db)
 and, for `cdc`, its change log (slot LSNs, binlog coordinates) through the `log_*` hooks."""
 
@@ -131,14 +131,14 @@ class Group(InputPartition):
     parts: tuple[Range, ...]
 
 
-# rows x columns of one multi-table snapshot batch at most: its rows travel in the union schema
-# (every table's columns), and the batch is collected whole in the driver (a value slot per
-# column and row, null or not): 1,000 tables' 6,000 columns x 100,000 rows lost the 2 GB JVM
+# rows x columns of one multi-table snapshot batch at most: the batch is collected whole in the
+# driver (when its rows travelled in one union schema of every table's columns, 1,000 tables'
+# 6,000 columns x 100,000 rows lost the 2 GB JVM)
 BATCH_CELLS = 20_000_000
 
 
 def wide_batch_rows(batch_rows: int, columns: int) -> int:
-    """batch.rows, fewer when a row of the union schema is wide (BATCH_CELLS)."""
+    """batch.rows, fewer when the widest table's row is wide (BATCH_CELLS)."""
     return max(1, min(batch_rows, BATCH_CELLS // max(1, columns)))
 
 
@@ -162,15 +162,15 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # column (null but in a dead letter), which no table has, so it is not read
         self.out = arrow_schema(schema) if DEAD_LETTER_COLUMN in schema.fieldNames() else None
         schema = StructType([f for f in schema.fields if f.name != DEAD_LETTER_COLUMN])
-        self.schema = schema
-        parts = multitable.split_union(schema)
+        self.schema = schema  # several tables: multitable.packed_schema
+        parts = multitable.option_schemas(options)
         self.multi = parts is not None
         self.schemas: dict[str | None, StructType] = parts or {self.cfg.table: schema}
         self.tables: list[str | None] = list(self.schemas)
         # several tables: those stopped by a value they cannot read (errors.tolerance = 'none',
         # the catalog's tables_failed): not read any more
         self.failed = frozenset(json.loads(options.get(multitable.FAILED_OPTION) or "[]"))
-        self.union = arrow_schema(schema) if self.multi else None
+        self._arrows: dict[str | None, pa.Schema] = {}  # several tables: each one's stream's
         self.cdc = self.cfg.mode == "cdc"
         self.available_now = False
         self.target = None  # available-now: the log position where the run ends
@@ -280,13 +280,21 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _shape(self, table: str | None, batch: pa.RecordBatch) -> pa.RecordBatch:
         if self.multi:
-            return multitable.to_union(batch, table, self.union)
+            return multitable.pack(table, batch, self._arrow(table))
         if self.out is None:
             return batch
         if table == DEAD_LETTERS:  # changerows.dead_letters: the records are in __source
             return self._letters([json.loads(r) for r in batch.column("__source").to_pylist()])
         letter = pa.nulls(batch.num_rows, pa.string())
         return pa.RecordBatch.from_arrays([*batch.columns, letter], schema=self.out)
+
+    def _arrow(self, table: str) -> pa.Schema:
+        """A table's stream's Arrow schema (the dead letters': their __source alone)."""
+        if table == DEAD_LETTERS:  # changerows.dead_letters: the records are in __source
+            return pa.schema([("__source", pa.string())])
+        if table not in self._arrows:
+            self._arrows[table] = arrow_schema(self.schemas[table])
+        return self._arrows[table]
 
     def _letters(self, records: list[dict]) -> pa.RecordBatch:
         """One table's dead letters: rows with only the toolkit's dead-letter column, as the
@@ -433,7 +441,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         that small tables do not cost a micro-batch each; the offset lists its ranges."""
         position, budget, parts = (
             start[self.LOG_KEY],
-            wide_batch_rows(self.cfg.batch_rows, len(self.union)),
+            wide_batch_rows(self.cfg.batch_rows, max(map(len, self.schemas.values()))),
             [],
         )
         table, after, upto = start["table"], start["after"], start.get("upto")

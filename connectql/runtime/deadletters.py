@@ -9,11 +9,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from connectql.connectors.changerows import DEAD_LETTERS
-from connectql.connectors.multitable import TABLE_COLUMN, select_table
 from connectql.runtime.errors import short_error
 from connectql.runtime.streamwriter import Output
 from connectql.toolkit.envelope import (  # noqa: F401 (re-exported)
@@ -38,11 +38,9 @@ def outputs(plan) -> list[Output]:
     'none', nowhere: the reader fails on them instead)."""
     col = plan.reader.corrupt_column
     if plan.table_paths:  # several tables: each table's rows to its own stream
-        tables = [
-            Output(path, functools.partial(select_table, table=t), table=t)
-            for t, path in plan.table_paths.items()
-        ]
-        dead = Output(plan.deadletter_path, functools.partial(_unread_changes, plan=plan))
+        tables = [Output(path, _same, table=t) for t, path in plan.table_paths.items()]
+        unread = functools.partial(_unread_changes, connector=plan.connector)
+        dead = Output(plan.deadletter_path, unread, table=DEAD_LETTERS)
         return tables + ([dead] if plan.deadletter_path else [])
     if plan.reader.skips_unreadable:
         good = Output(plan.writer.path, lambda df: df.drop(FILE_COLUMN))
@@ -94,18 +92,33 @@ def _unreadable(uri: str, reader) -> str | None:
     return f"its columns ({columns}) do not fit the schema ({reader.schema})"
 
 
-def _unread_changes(df, plan):
-    """The changes a source of several tables could not read (changerows.dead_letters)."""
-    field = functools.partial(F.get_json_object, F.col("__source"))
-    return df.where(F.col(TABLE_COLUMN) == DEAD_LETTERS).select(
-        F.lit(plan.connector).alias("connector"),
-        F.lit("read").alias("stage"),
-        field("$.offset").alias("source_offset"),
-        field("$.error_class").alias("error_class"),
-        field("$.error_message").alias("error_message"),
-        field("$.raw_record").alias("raw_record"),
-        F.current_timestamp().alias("time"),
-    )
+def _same(rows: pa.Table) -> pa.Table:
+    return rows
+
+
+def _unread_changes(rows: pa.Table, connector: str) -> pa.Table:
+    """The changes a source of several tables could not read (changerows.dead_letters: each
+    one's record as JSON in __source) as dead-letter rows."""
+    records = [json.loads(r) for r in rows["__source"].to_pylist()]
+    now = datetime.now(timezone.utc)
+    columns = {
+        "connector": [connector] * len(records),
+        "stage": ["read"] * len(records),
+        "source_offset": [_json_text(r.get("offset")) for r in records],
+        "error_class": [_json_text(r.get("error_class")) for r in records],
+        "error_message": [_json_text(r.get("error_message")) for r in records],
+        "raw_record": [_json_text(r.get("raw_record")) for r in records],
+        "time": [now] * len(records),
+    }
+    return pa.Table.from_pydict(columns, schema=DEADLETTER_ARROW)
+
+
+def _json_text(value) -> str | None:
+    """A JSON field as Spark's get_json_object gives it: text as it is, anything else as
+    compact JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), default=str)
 
 
 def _dead_letters(df, plan):

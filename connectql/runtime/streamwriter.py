@@ -66,9 +66,9 @@ def writer_id(checkpoint: str | Path) -> str:
 @dataclass(frozen=True)
 class Output:
     """One stream a batch feeds: `select(batch_df)` (`select(batch_df, batch_id)` when
-    `by_batch`) gives the rows it gets; with `table`, a multi-table source's stream, the
-    rows of that table (the batch is then collected once for all its tables' streams, not
-    written by a Spark job per table)."""
+    `by_batch`) gives the rows it gets; with `table`, a stream of a multi-table source (or its
+    dead letters), `select(arrow_table)` gives them from that table's rows (the batch is then
+    collected once for all its tables' streams, not written by a Spark job per table)."""
 
     path: str
     select: Callable
@@ -142,6 +142,7 @@ class StreamWriter:
     def _append(self, out: Output, rows, batch_id: int) -> int:
         """Write and commit one table's rows (an Arrow table, or None: none this batch)."""
         if rows is not None and rows.num_rows:
+            rows = out.select(rows)
             append_table(out.path, f"{self.wid}-b{batch_id}-0", rows)
         self._done[out.path].add(batch_id)
         return rows.num_rows if rows is not None else 0

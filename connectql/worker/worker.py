@@ -19,7 +19,7 @@ from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry, table_stream
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
-from connectql.connectors.multitable import FAILED_OPTION, patterns, union_schema
+from connectql.connectors.multitable import FAILED_OPTION, patterns, with_tables_schemas
 from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.grammar import ast
@@ -370,8 +370,8 @@ class Worker:
             struct = self.engine.resolve_schema(ReaderSpec("parquet", schema=f.ddl))
             self._check_schema(name, struct, plan.connector)
             parts.append((name, plan.table_paths[f.table], struct, f.key))
-        union = union_schema([(f.table, p[2]) for f, p in zip(found, parts, strict=True)])
-        return replace(plan, reader=replace(plan.reader, schema=schema_ddl(union))), parts
+        tables = [(f.table, p[2]) for f, p in zip(found, parts, strict=True)]
+        return replace(plan, reader=with_tables_schemas(plan.reader, tables)), parts
 
     def _check_schema(self, stream_name: str, struct, connector: str) -> None:
         stream = self.catalog.find_stream(stream_name)
@@ -453,18 +453,18 @@ class Worker:
         if plan.kind != "source":
             return plan
         if not plan.table_paths:
-            schema = self.catalog.get_stream(plan.stream).schema
+            reader = replace(plan.reader, schema=self.catalog.get_stream(plan.stream).schema)
         else:
             streams = [self.catalog.get_stream(s) for s in plan.streams]
             parts = [
                 (t, StructType.fromJson(json.loads(s.schema_json)))
                 for t, s in zip(plan.table_paths, streams, strict=True)
             ]
-            schema = schema_ddl(union_schema(parts))
-        options = plan.reader.options
+            reader = with_tables_schemas(plan.reader, parts)
         if entry.tables_failed:
-            options = {**options, FAILED_OPTION: json.dumps(sorted(entry.tables_failed))}
-        return replace(plan, reader=replace(plan.reader, schema=schema, options=options))
+            failed = json.dumps(sorted(entry.tables_failed))
+            reader = replace(reader, options={**reader.options, FAILED_OPTION: failed})
+        return replace(plan, reader=reader)
 
     def _wait_for_feeders(self, streams: list[str]) -> None:
         feeders = [

@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 from connectql.catalog.streams import append_table
 from connectql.connectors.base import WriterSpec
 from connectql.connectors.bounds import check_bounds, endpoint
+from connectql.connectors.lending import Lender
 from connectql.connectors.options import Option, from_spark_options, to_spark_options
 from connectql.errors import PlanError
 from connectql.toolkit.envelope import DEADLETTER_ARROW, META_COLUMNS, UNCHANGED  # noqa: F401
@@ -390,6 +391,7 @@ class Target:
         self.s = s
         self.schema = schema
         self.names = staged_columns(schema.fieldNames(), s.mode)
+        self.lender: Lender | None = None  # a sink of several streams: its targets' connections
 
     # -- the dialect ------------------------------------------------------------------
     def connect(self, autocommit: bool):  # a connection usable as a context manager
@@ -468,6 +470,13 @@ class Target:
         return type(e).__name__, str(e).strip().splitlines()[0]
 
     # -- shared -----------------------------------------------------------------------
+    def session(self, autocommit: bool):
+        """A connection for one step, as a context manager: the lender's when there is one,
+        else a new one closed after the step."""
+        if self.lender is not None:
+            return self.lender.session(self, autocommit)
+        return self.connect(autocommit)
+
     def table(self, name: str) -> str:
         return f"{self.quote(self.s.schema)}.{self.quote(name)}"
 
@@ -481,7 +490,7 @@ class Target:
         """Give the writer its progress row (batch -1) up front, so that commit's SELECT ...
         FOR UPDATE always locks a row: locking a missing one takes a gap lock in InnoDB, and
         two sinks committing their first batch into one database would deadlock."""
-        with self.connect(autocommit=True) as conn:
+        with self.session(autocommit=True) as conn:
             self.end_older_epochs(conn)
             self.execute(
                 conn,
@@ -547,7 +556,7 @@ class Target:
         check_columns(self.schema.fieldNames(), s, where)
         types = self.column_types(where)
         cols = target_columns(self.schema.fieldNames(), s.mode)
-        with self.connect(autocommit=True) as conn:
+        with self.session(autocommit=True) as conn:
             self.execute(
                 conn,
                 progress_ddl(self.table(PROGRESS_TABLE), self.PROGRESS_TIMESTAMP)
@@ -620,7 +629,7 @@ class Target:
     def stage(self, batch_id: int, partition: int, batches) -> Staged:
         """A task's part of a batch, loaded into its staging table (nothing for a replay)."""
         name = stage_name(self.s.writer_id, batch_id, partition)
-        with self.connect(autocommit=True) as conn:
+        with self.session(autocommit=True) as conn:
             if self.committed(conn) >= batch_id:
                 return Staged(None, 0)
             self.execute(conn, f"DROP TABLE IF EXISTS {self.table(name)}")
@@ -634,7 +643,7 @@ class Target:
         A replay of such a write conflicts with its own rows, so it is staged and merged."""
         if not (self.DIRECT and self.s.mode == "upsert"):
             return self.stage(batch_id, partition, batches)
-        with self.connect(autocommit=True) as conn:
+        with self.session(autocommit=True) as conn:
             if self.committed(conn) >= batch_id:
                 return Staged(None, 0)
         ops: set[str] = set()
@@ -656,7 +665,7 @@ class Target:
     def commit(self, messages: list[Staged | None], batch_id: int) -> None:
         stages = staged_tables(messages)
         direct = [m.direct for m in messages if m is not None and m.direct]
-        with self.connect(autocommit=False) as conn:
+        with self.session(autocommit=False) as conn:
             with self.transaction(conn):
                 self.make_durable(conn)
                 done = self.committed(conn, lock=True)
@@ -681,7 +690,7 @@ class Target:
             self.drop_stale(conn, batch_id)
 
     def abort(self, messages: list[Staged | None]) -> None:
-        with self.connect(autocommit=True) as conn:
+        with self.session(autocommit=True) as conn:
             self.drop(conn, staged_tables(messages))
 
     def drop(self, conn, stages: list[str]) -> None:

@@ -4,6 +4,7 @@ a progress row of their own, so that each stream is written exactly once as a on
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -18,6 +19,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from connectql.connectors.dbsink import SinkSettings, Staged, Target
+from connectql.connectors.lending import Lender
 from connectql.connectors.streamsread import ROWS_COLUMN, STREAM_COLUMN
 
 ROUTES_OPTION = "connectql.routes"  # JSON [{"stream", "config", "schema"}], one per stream
@@ -40,29 +42,42 @@ class RoutedWriter(DataSourceStreamArrowWriter):
     def __init__(self, target: type[Target], options: dict[str, str]):
         base = {k: v for k, v in options.items() if k != ROUTES_OPTION}
         self.targets: dict[str, Target] = {}
+        self.lender = Lender()  # the targets share a few connections, not one each per step
         for r in json.loads(options[ROUTES_OPTION]):
             s = SinkSettings.from_options({**base, "config": r["config"]})
             s = replace(s, writer_id=route_id(s.writer_id, r["stream"]))
-            self.targets[r["stream"]] = target(s, StructType.fromJson(r["schema"]))
-        _each(_ready, self.targets.values())
+            self.targets[r["stream"]] = t = target(s, StructType.fromJson(r["schema"]))
+            t.lender = self.lender
+        with self._lending():
+            _each(_ready, self.targets.values())
+
+    @contextlib.contextmanager
+    def _lending(self):
+        try:
+            yield
+        finally:
+            self.lender.close()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Routed:
         ctx = TaskContext.get()
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         parts = {}
-        for stream, blobs in itertools.groupby(_rows(iterator), key=lambda r: r[0]):
-            t = self.targets[stream]
-            rows = _decoded((b for _, b in blobs), to_arrow_schema(t.schema))
-            parts[stream] = t.write(batch_id, ctx.partitionId(), rows)
+        with self._lending():
+            for stream, blobs in itertools.groupby(_rows(iterator), key=lambda r: r[0]):
+                t = self.targets[stream]
+                rows = _decoded((b for _, b in blobs), to_arrow_schema(t.schema))
+                parts[stream] = t.write(batch_id, ctx.partitionId(), rows)
         return Routed(parts)
 
     def commit(self, messages: list[Routed], batch_id: int) -> None:
         staged = _by_stream(messages).items()
-        _each(lambda item: self.targets[item[0]].commit(item[1], batch_id), staged)
+        with self._lending():
+            _each(lambda item: self.targets[item[0]].commit(item[1], batch_id), staged)
 
     def abort(self, messages: list[Routed], batch_id: int) -> None:
-        for stream, staged in _by_stream(messages).items():
-            self.targets[stream].abort(staged)
+        with self._lending():
+            for stream, staged in _by_stream(messages).items():
+                self.targets[stream].abort(staged)
 
 
 def _ready(t: Target) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,13 +31,30 @@ SCHEMA = StructType(
 log = logging.getLogger("connectql.connectors")
 
 
+# a stream's log folder -> (its mtime, its newest log batch then), for latest_log
+_LATEST: dict[str, tuple[int, int]] = {}
+# a folder's mtime is trusted to have changed with its entries only once it is this old: the
+# kernel stamps it from a coarse clock, so two changes within a tick can leave the same mtime
+SETTLED_NS = 1_000_000_000
+
+
 def latest_log(stream_path: str) -> int:
-    """The id of the stream's newest log batch (-1: none yet)."""
-    ids = [
-        int(f.name.removesuffix(".compact"))
-        for f in log_files(Path(stream_path) / "_spark_metadata")
-    ]
-    return max(ids, default=-1)
+    """The id of the stream's newest log batch (-1: none yet). A sink of many streams asks
+    this of each many times a second: a log folder not changed since it was last listed (by
+    its mtime, once settled) is not listed again."""
+    meta = os.path.join(stream_path, "_spark_metadata")
+    try:
+        mtime = os.stat(meta).st_mtime_ns
+    except FileNotFoundError:
+        return -1
+    seen = _LATEST.get(meta)
+    if seen is not None and seen[0] == mtime:
+        return seen[1]
+    ids = [int(f.name.removesuffix(".compact")) for f in log_files(Path(meta))]
+    latest = max(ids, default=-1)
+    if time.time_ns() - mtime > SETTLED_NS:
+        _LATEST[meta] = (mtime, latest)
+    return latest
 
 
 def files_upto(stream_path: str, upto: int) -> list[str] | None:

@@ -112,16 +112,20 @@ class Retainer:
         cat = self.worker.catalog
         settings = cat.settings()
         behind: dict[str, int] = {}  # sink -> records of its streams it has not read
+        measured: dict[str, dict] = {}
         for stream in cat.streams():
             if self._closed.is_set():
-                return
+                break
             try:
-                readers = self._retain(stream, effective_options(stream, settings))
+                measured[stream.name] = self._retain(stream, effective_options(stream, settings))
             except Exception:  # e.g. dropped meanwhile; the next pass tries again
                 log.warning("retention of stream %s failed", stream.name, exc_info=True)
                 continue
-            for sink, r in readers.items():
+            for sink, r in measured[stream.name]["readers"].items():
                 behind[sink] = behind.get(sink, 0) + r["records_behind"]
+        cat.set_streams_stats(measured)
+        if self._closed.is_set():
+            return
         for sink, records in behind.items():
             cat.set_measured_lag(sink, records)
         self._file_sources_lag()
@@ -140,8 +144,8 @@ class Retainer:
             cat.set_measured_lag(e.name, unread)
 
     def _retain(self, stream: StreamEntry, options: dict) -> dict:
-        """Remove what the stream's retention expires; its sinks' progress (records_behind)."""
-        cat = self.worker.catalog
+        """Remove what the stream's retention expires; the stream's size and its sinks'
+        progress (readers: records_behind) after it."""
         entries = committed_entries(stream.path)
         read_by = self._readers(stream)
         limits = Limits.of(options)
@@ -157,9 +161,7 @@ class Retainer:
         if not self._read_by_log(stream):
             prune_log(stream.path)
         sweep_orphans(stream.path)
-        stats = self._stats(stream.name, kept, read_by)
-        cat.set_stream_stats(stream.name, stats)
-        return stats["readers"]
+        return self._stats(stream.name, kept, read_by)
 
     def measure(self, stream: StreamEntry) -> dict:
         """The stream's size and its sinks' progress now (what the `streams` table shows as of
@@ -171,8 +173,7 @@ class Retainer:
         """Whether a sink of several streams reads the stream: it finds what is new by the
         stream's log batches (connectors/streamsread.py), so the log keeps them all."""
         return any(
-            e.kind == "sink" and e.tables and stream.name in e.streams
-            for e in self.worker.catalog.connectors()
+            e.kind == "sink" and e.tables and stream.name in e.streams for e in self._connectors()
         )
 
     def _readers(self, stream: StreamEntry) -> dict[str, Reader]:

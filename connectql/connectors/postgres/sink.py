@@ -170,7 +170,7 @@ class PgTarget(Target):
     def prepare(self, where: str) -> dict[str, str]:
         types = super().prepare(where)
         cols = target_columns(self.names, self.s.mode)
-        with self.connect(autocommit=True) as conn:
+        with self.session(autocommit=True) as conn:
             rows = conn.execute(
                 _CASTS, (cols, [types[c] for c in cols], self.table(self.s.table))
             ).fetchall()
@@ -227,7 +227,7 @@ class PgTarget(Target):
         cols = target_columns(self.names, self.s.mode)
         target = self.table(self.s.table)
         types = self.column_types("")
-        with self.connect(autocommit=True) as conn:
+        with self.session(autocommit=True) as conn:
             unfit = conn.execute(
                 _UNFIT_COLUMNS, (cols, [copy_type(types[c]) for c in cols], target)
             ).fetchall()

@@ -360,21 +360,23 @@ class Worker:
             plan = replace(plan, reader=replace(plan.reader, schema=found[0].ddl, key=found[0].key))
         struct = self.engine.resolve_schema(plan.reader)
         plan = replace(plan, reader=replace(plan.reader, schema=schema_ddl(struct)))
-        self._check_schema(plan.stream, struct, plan.connector)
+        self._check_schema(
+            plan.stream, struct, plan.connector, self.catalog.find_stream(plan.stream)
+        )
         return plan, [(plan.stream, plan.writer.path, struct, plan.reader.key)]
 
     def _check_tables(self, plan: Plan, found: list) -> tuple[Plan, list[tuple]]:
         plan = self._with_tables(plan, found)
-        parts = []
+        parts, known = [], {s.name: s for s in self.catalog.streams()}  # one read, not 1,000
         for f, name in zip(found, plan.streams, strict=True):
             struct = self.engine.resolve_schema(ReaderSpec("parquet", schema=f.ddl))
-            self._check_schema(name, struct, plan.connector)
+            self._check_schema(name, struct, plan.connector, known.get(name))
             parts.append((name, plan.table_paths[f.table], struct, f.key))
         tables = [(f.table, p[2]) for f, p in zip(found, parts, strict=True)]
         return replace(plan, reader=with_tables_schemas(plan.reader, tables)), parts
 
-    def _check_schema(self, stream_name: str, struct, connector: str) -> None:
-        stream = self.catalog.find_stream(stream_name)
+    def _check_schema(self, stream_name: str, struct, connector: str, stream) -> None:
+        """`stream`: the stream's entry, None when it is new."""
         diff = schema_diff(stream.schema_json, struct) if stream and stream.schema_json else ""
         if diff:
             raise PlanError(
@@ -387,9 +389,9 @@ class Worker:
         dead-letter stream), creating streams that are new. Returns the plan with the resolved
         schema, and the names of the streams created."""
         plan, parts = self.check_stream_schema(plan)
-        created = []
+        created, known = [], {s.name: s for s in self.catalog.streams()}
         for name, path, struct, key in parts:
-            created += self._register(name, path, struct, plan.connector, key)
+            created += self._register(name, path, struct, plan.connector, key, known.get(name))
         return plan, created + self._bind_deadletters(plan)
 
     def _bind_deadletters(self, plan: Plan) -> list[str]:
@@ -397,11 +399,15 @@ class Worker:
         if not plan.deadletter:
             return []
         dead = self.engine.resolve_schema(ReaderSpec("parquet", schema=DEADLETTER_DDL))
-        self._check_schema(plan.deadletter, dead, plan.connector)
-        return self._register(plan.deadletter, plan.deadletter_path, dead, plan.connector)
+        stream = self.catalog.find_stream(plan.deadletter)
+        self._check_schema(plan.deadletter, dead, plan.connector, stream)
+        return self._register(
+            plan.deadletter, plan.deadletter_path, dead, plan.connector, (), stream
+        )
 
-    def _register(self, name: str, path: str, struct, connector: str, key=()) -> list[str]:
-        stream = self.catalog.find_stream(name)
+    def _register(self, name: str, path: str, struct, connector: str, key, stream) -> list[str]:
+        """Create stream `name` (`stream`: its entry, None when it is new) or give it the
+        schema and key it lacks; [name] when it was created."""
         if stream is None:
             (Path(path) / "_spark_metadata").mkdir(parents=True, exist_ok=True)
             entry = StreamEntry(name, path, schema_ddl(struct), struct.json(), created_by=connector)

@@ -77,7 +77,7 @@ def ipc_bytes(rows: pa.Table | pa.RecordBatch) -> bytes:
 
 
 def pack(table: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """One table's rows (its own column names) as rows of packed_schema: chunks of at most
+    """One table's rows (its own column names) as rows of PACKED_DDL: chunks of at most
     about PACK_BYTES, each in the columns and types of `target` (its stream's)."""
     batch = pa.RecordBatch.from_arrays([batch.column(f.name) for f in target], schema=target)
     per = max(1, batch.num_rows * PACK_BYTES // max(1, batch.nbytes))

@@ -162,7 +162,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # column (null but in a dead letter), which no table has, so it is not read
         self.out = arrow_schema(schema) if DEAD_LETTER_COLUMN in schema.fieldNames() else None
         schema = StructType([f for f in schema.fields if f.name != DEAD_LETTER_COLUMN])
-        self.schema = schema  # several tables: multitable.packed_schema
+        self.schema = schema  # several tables: multitable.PACKED_DDL
         parts = multitable.option_schemas(options)
         self.multi = parts is not None
         self.schemas: dict[str | None, StructType] = parts or {self.cfg.table: schema}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 
 import pytest
 
@@ -83,14 +84,26 @@ def test_routes_match_paths_and_say_which_methods_a_path_takes():
     assert e.value.status == 404
 
 
+def progress(batch_id: int, duration_ms: int) -> dict:
+    """A batch's progress as the engine reports it (runtime/engine.progress_row), no rows."""
+    counts = ("input_rows", "written_rows", "filtered_rows", "dead_lettered_rows")
+    return {
+        "batch_id": batch_id,
+        "started_at": datetime(2026, 1, 1),
+        "duration_ms": duration_ms,
+        "input_rows_per_sec": 0.0,
+        "processed_rows_per_sec": 0.0,
+        "end_offset": None,
+        **dict.fromkeys(counts, 0),
+    }
+
+
 def test_metrics_are_prometheus_text_per_connector(tmp_path):
     cat = Catalog(tmp_path / "c.duckdb")
     cat.add_connector(ConnectorEntry('we"ird', "source", "datagen", "s", {}))
+    for batch, ms in ((1, 900), (2, 250)):  # the last batch's duration is the one shown
+        cat.record_progress('we"ird', progress(batch, ms))
     cat.execute("UPDATE connectors SET rows_total = 42, state = 'RUNNING', rows_per_sec = 1.5")
-    cat.execute(
-        "INSERT INTO connector_metrics (connector, batch_id, duration_ms) VALUES"
-        " ('we\"ird', 1, 900), ('we\"ird', 2, 250)"
-    )
     text = metrics.exposition(cat)
     labels = '{connector="we\\"ird",kind="source",type="datagen"'
     assert f"connectql_connector_rows_total{labels}}} 42.0\n" in text

@@ -14,7 +14,7 @@ from connectql.catalog import schema, states
 from connectql.catalog.query import rewrite, run_select
 from connectql.catalog.redact import statement_text
 from connectql.catalog.secrets import SecretStore
-from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry
+from connectql.catalog.store import ENTRY_SQL, Catalog, ConnectorEntry, StreamEntry
 from connectql.catalog.streams import committed_files
 from connectql.errors import CatalogError, StateError, ValidationError
 from connectql.grammar.ast import SecretRef
@@ -231,3 +231,30 @@ def test_ctrl_c_during_a_catalog_query_is_a_keyboard_interrupt(tmp_path):
     timer.join()
     assert cat.query("SELECT 42") == (["42"], [(42,)])  # the catalog is still usable
     cat.close()
+
+
+def test_memoised_reads_follow_every_write(cat):
+    """Catalog.read answers from its memo until a statement may have changed what it read: a
+    batch's figures leave the connectors' definitions memoised but not the status figures, and
+    a read inside an open transaction is never kept for other threads."""
+    cat.add_connector(ConnectorEntry("a", "source", "datagen", "s", {}))
+    status = "SELECT name, rows_total FROM connectors"
+    assert cat.read(status, figures=True)[1] == [("a", 0)]
+    entries = cat.connectors()
+    cat.add_rows_lost("a", 3)  # a figure: the definitions read stays good
+    mark, _cols, _rows = cat._memo[(ENTRY_SQL + " ORDER BY c.name", (), False)]
+    assert mark == cat._mark(figures=False) and cat.connectors() == entries
+    assert cat._memo[(status, (), True)][0] != cat._mark(figures=True)
+    cat.execute("UPDATE connectors SET rows_total = 7")
+    assert cat.read(status, figures=True)[1] == [("a", 7)]
+    cat.set_state("a", states.STARTING, "test")
+    assert [e.state for e in cat.connectors()] == [states.STARTING]
+    with cat.lock:
+        cat.con.execute("BEGIN TRANSACTION")
+        cat.con.execute("UPDATE connectors SET rows_total = 8")
+        assert cat.read(status, figures=True)[1] == [("a", 8)]  # its own write, seen
+        cat.con.execute("ROLLBACK")
+    assert cat.read(status, figures=True)[1] == [("a", 7)]
+    cat.fence("another worker took over")
+    with pytest.raises(CatalogError, match="closed to this worker"):
+        cat.read(status, figures=True)

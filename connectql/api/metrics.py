@@ -56,24 +56,26 @@ SERIES = [
 ]
 
 METRICS_SQL = """
-SELECT c.name, c.kind, c.type, c.state, c.rows_total, c.rows_written, c.rows_filtered,
-       c.rows_dead_lettered, c.rows_per_sec, c.lag,
-       (SELECT duration_ms / 1000.0 FROM connector_metrics m WHERE m.connector = c.name
-        ORDER BY batch_id DESC LIMIT 1) AS batch_seconds,
-       (SELECT count(*) FROM connector_events e WHERE e.connector = c.name
-        AND e.to_state = 'RESTARTING') AS restarts
-FROM connectors c ORDER BY c.name"""
+SELECT name, kind, type, state, rows_total, rows_written, rows_filtered, rows_dead_lettered,
+       rows_per_sec, lag, last_batch_ms / 1000.0 AS batch_seconds
+FROM connectors ORDER BY name"""
+RESTARTS_SQL = """
+SELECT connector, count(*) FROM connector_events WHERE to_state = 'RESTARTING' GROUP BY 1"""
 
 
 class CatalogCollector:
-    """Every scrape reads the catalog once: per connector the SERIES and its state."""
+    """Every scrape reads the catalog (Catalog.read: memoised until it changes): per connector
+    the SERIES and its state."""
 
     def __init__(self, catalog):
         self.catalog = catalog
 
     def collect(self):
-        cols, rows = self.catalog.query(METRICS_SQL)
-        records = [dict(zip(cols, r, strict=True)) for r in rows]
+        cols, rows = self.catalog.read(METRICS_SQL, figures=True)
+        restarts = dict(self.catalog.read(RESTARTS_SQL)[1])  # changes with states, not batches
+        records = [
+            {**dict(zip(cols, r, strict=True)), "restarts": restarts.get(r[0], 0)} for r in rows
+        ]
         yield GaugeMetricFamily(
             "connectql_connectors", "Connectors in the catalog.", value=len(records)
         )

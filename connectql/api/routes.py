@@ -83,7 +83,7 @@ class Routes:
 
     def status_rows(self, name: str | None = None) -> dict[str, dict[str, Any]]:
         where, params = (" WHERE name = ?", [name]) if name else ("", [])
-        cols, rows = self.worker.catalog.query(STATUS_SQL + where, params)
+        cols, rows = self.worker.catalog.read(STATUS_SQL + where, params, figures=True)
         return {r[0]: dict(zip(cols, r, strict=True)) for r in rows}
 
     def status_of(self, entry) -> dict[str, Any]:

@@ -119,6 +119,14 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        9,
+        "the connector's last batch duration (for /metrics, without a scan of connector_metrics)",
+        ["ALTER TABLE connectors ADD COLUMN last_batch_ms BIGINT"],
+    )
+)
+
 LATEST = MIGRATIONS[-1][0]
 
 # connector_metrics keeps this many recent batches per connector

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -104,14 +105,29 @@ class StreamEntry:
 class _Interruptible:
     """DuckDB's connection, except that Ctrl-C during a statement comes out as KeyboardInterrupt:
     DuckDB turns it into RuntimeError('Query interrupted'), which `connectql run` took for a
-    failure (a traceback and exit 1) instead of the graceful stop Ctrl-C asks for."""
+    failure (a traceback and exit 1) instead of the graceful stop Ctrl-C asks for. It counts the
+    statements that may change the catalog, before they run, so that reads can be memoised
+    (Catalog.read): `changes`, or `figure_changes` while `figures_only` (a batch's progress, a
+    stream's measured size: what changes many times a second)."""
 
     def __init__(self, con):
         self._con = con
+        self.changes = self.figure_changes = 0
+        self.figures_only = self.in_transaction = False
 
-    def execute(self, *args):
+    def execute(self, sql: str, *args):
+        word = sql.lstrip()[:8].upper()
+        if not word.startswith("SELECT"):
+            if self.figures_only:
+                self.figure_changes += 1
+            else:
+                self.changes += 1
+            if word.startswith("BEGIN"):
+                self.in_transaction = True
+            elif word.startswith(("COMMIT", "ROLLBACK")):
+                self.in_transaction = False
         try:
-            return self._con.execute(*args)
+            return self._con.execute(sql, *args)
         except RuntimeError as e:
             if str(e) == "Query interrupted":
                 raise KeyboardInterrupt from None
@@ -120,6 +136,8 @@ class _Interruptible:
     def __getattr__(self, name: str):
         return getattr(self._con, name)
 
+
+MEMO_ENTRIES = 4096  # Catalog.read's memo is emptied when it holds this many reads
 
 ENTRY_SQL = (
     "SELECT c.name, kind, type, stream, k.options, k.select_sql, state, desired_state,"
@@ -148,6 +166,8 @@ def stream_of(r: tuple) -> StreamEntry:
 
 
 class _Fenced:
+    in_transaction = figures_only = False
+
     def __init__(self, why: str):
         self.why = why
 
@@ -171,6 +191,7 @@ class Catalog:
             raise CatalogError(f"cannot open the catalog {self.path}: {e}") from None
         os.chmod(self.path, 0o600)  # connector_config holds inline secrets as given
         self.lock = threading.RLock()
+        self._memo: dict[tuple, tuple] = {}  # read(): key -> (mark, columns, rows)
         with self.lock:
             schema.migrate(self.con)
 
@@ -187,6 +208,40 @@ class Catalog:
             cur = self.con.execute(sql, params or [])
             cols = [d[0] for d in cur.description] if cur.description else []
             return cols, cur.fetchall()
+
+    def read(self, sql: str, params=(), figures: bool = False) -> tuple[list[str], list[tuple]]:
+        """query(), memoised until a statement that may change the catalog; with `figures`,
+        a read of the measured figures too (rows, lag), which every batch changes. The API
+        reads the same few things many times a second: a memo answers them without taking
+        the lock that statements and progress hold."""
+        key = (sql, tuple(params), figures)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] == self._mark(figures):
+            return hit[1], list(hit[2])
+        with self.lock:
+            mark = self._mark(figures)
+            cols, rows = self.query(sql, list(params))
+            if mark is not None and not self.con.in_transaction:
+                if len(self._memo) >= MEMO_ENTRIES:
+                    self._memo.clear()
+                self._memo[key] = (mark, cols, rows)
+            return cols, list(rows)
+
+    def _mark(self, figures: bool):
+        con = self.con
+        if isinstance(con, _Fenced):
+            return None
+        return (con.changes, con.figure_changes) if figures else con.changes
+
+    @contextlib.contextmanager
+    def _figures(self):
+        """Statements that change only measured figures (see _Interruptible)."""
+        with self.lock:
+            self.con.figures_only = True
+            try:
+                yield
+            finally:
+                self.con.figures_only = False
 
     def execute(self, sql: str, params=None) -> None:
         with self.lock:
@@ -232,21 +287,21 @@ class Catalog:
 
     def state_of(self, name: str) -> str | None:
         """The connector's state, or None when there is no such connector (one cheap query)."""
-        rows = self.query("SELECT state FROM connectors WHERE name = ?", [name])[1]
+        rows = self.read("SELECT state FROM connectors WHERE name = ?", [name])[1]
         return rows[0][0] if rows else None
 
     def has_connector(self, name: str) -> bool:
-        return bool(self.query("SELECT 1 FROM connectors WHERE name = ?", [name])[1])
+        return bool(self.read("SELECT 1 FROM connectors WHERE name = ?", [name])[1])
 
     def get_connector(self, name: str) -> ConnectorEntry:
-        rows = self.query(ENTRY_SQL + " WHERE c.name = ?", [name])[1]
+        rows = self.read(ENTRY_SQL + " WHERE c.name = ?", [name])[1]
         if not rows:
             raise CatalogError(f"no connector named '{name}'{self._known('connectors')}")
         return entry_of(rows[0])
 
     def connectors(self) -> list[ConnectorEntry]:
         """Every connector, by name, in one query (the API lists them on every request)."""
-        return [entry_of(r) for r in self.query(ENTRY_SQL + " ORDER BY c.name")[1]]
+        return [entry_of(r) for r in self.read(ENTRY_SQL + " ORDER BY c.name")[1]]
 
     def remove_connector(self, name: str, reason: str = "dropped") -> None:
         with self.lock:
@@ -342,7 +397,7 @@ class Catalog:
     def record_progress(self, name: str, p: dict[str, Any]) -> None:
         """One micro-batch's progress: a metrics row, running totals and the offsets."""
         counts = [p["input_rows"], p["written_rows"], p["filtered_rows"], p["dead_lettered_rows"]]
-        with self.lock:
+        with self._figures():
             self.con.execute(
                 "INSERT INTO connector_metrics (connector, batch_id, started_at, duration_ms,"
                 " input_rows, input_rows_per_sec, processed_rows_per_sec, written_rows,"
@@ -362,10 +417,10 @@ class Catalog:
                 "UPDATE connectors SET rows_total = rows_total + ?, rows_written = rows_written + ?,"
                 " rows_filtered = rows_filtered + ?, rows_dead_lettered = rows_dead_lettered + ?,"
                 " rows_per_sec = CASE WHEN state IN ? THEN ? ELSE 0 END, last_batch_at = ?,"
-                " lag = CASE WHEN kind = 'sink' OR type = 'file' THEN lag ELSE ? END,"
-                " lag_bytes = ? WHERE name = ?",
+                " last_batch_ms = ?, lag = CASE WHEN kind = 'sink' OR type = 'file' THEN lag"
+                " ELSE ? END, lag_bytes = ? WHERE name = ?",
                 [*counts, list(states.MOVING), p["processed_rows_per_sec"], p["started_at"]]
-                + [p.get("lag"), p.get("lag_bytes"), name],
+                + [p["duration_ms"], p.get("lag"), p.get("lag_bytes"), name],
             )
             if p.get("end_offset") is not None:
                 self.con.execute(
@@ -437,7 +492,7 @@ class Catalog:
                 "readers": pa.array([json.dumps(stats[n]["readers"]) for n in names]),
             }
         )
-        with self.lock:
+        with self._figures():
             self.con.register("measured", values)
             try:
                 self.con.execute(
@@ -453,13 +508,15 @@ class Catalog:
     def set_measured_lag(self, name: str, lag: int) -> None:
         """The lag of a sink (records of its streams not read) or a file source (files not
         read), measured by the worker's retention pass rather than reported by its query."""
-        self.execute("UPDATE connectors SET lag = ? WHERE name = ?", [lag, name])
+        with self._figures():
+            self.con.execute("UPDATE connectors SET lag = ? WHERE name = ?", [lag, name])
 
     def add_rows_lost(self, name: str, rows: int) -> None:
-        self.execute(
-            "UPDATE connectors SET rows_lost = coalesce(rows_lost, 0) + ? WHERE name = ?",
-            [rows, name],
-        )
+        with self._figures():
+            self.con.execute(
+                "UPDATE connectors SET rows_lost = coalesce(rows_lost, 0) + ? WHERE name = ?",
+                [rows, name],
+            )
 
     def set_stream_schema(
         self, name: str, ddl: str, schema_json: str, key: tuple[str, ...] = ()
@@ -470,7 +527,7 @@ class Catalog:
         )
 
     def find_stream(self, name: str) -> StreamEntry | None:
-        rows = self.query(STREAM_SQL + " WHERE name = ?", [name])[1]
+        rows = self.read(STREAM_SQL + " WHERE name = ?", [name])[1]
         return stream_of(rows[0]) if rows else None
 
     def get_stream(self, name: str) -> StreamEntry:
@@ -480,7 +537,7 @@ class Catalog:
         return s
 
     def streams(self) -> list[StreamEntry]:
-        return [stream_of(r) for r in self.query(STREAM_SQL + " ORDER BY name")[1]]
+        return [stream_of(r) for r in self.read(STREAM_SQL + " ORDER BY name")[1]]
 
     def remove_stream(self, name: str) -> None:
         self.execute("DELETE FROM streams WHERE name = ?", [name])
@@ -490,7 +547,7 @@ class Catalog:
         self.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", [key, value])
 
     def settings(self) -> dict[str, str]:
-        return dict(self.query("SELECT key, value FROM settings")[1])
+        return dict(self.read("SELECT key, value FROM settings")[1])
 
     def _known(self, table: str) -> str:
         names = [r[0] for r in self.query(f"SELECT name FROM {table} ORDER BY 1")[1]]

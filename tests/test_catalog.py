@@ -258,3 +258,21 @@ def test_memoised_reads_follow_every_write(cat):
     cat.fence("another worker took over")
     with pytest.raises(CatalogError, match="closed to this worker"):
         cat.read(status, figures=True)
+
+
+def test_reads_do_not_wait_for_a_statement_under_way(cat):
+    """A read from another thread sees what is committed, while a statement holds the lock
+    with its transaction open; the statement's own thread sees its writes."""
+    cat.add_connector(ConnectorEntry("a", "source", "datagen", "s", {}))
+    status = "SELECT rows_total FROM connectors"
+    seen = []
+    with cat.lock:
+        cat.con.execute("BEGIN TRANSACTION")
+        cat.con.execute("UPDATE connectors SET rows_total = 5")
+        reader = threading.Thread(target=lambda: seen.append(cat.read(status, figures=True)[1]))
+        reader.start()
+        reader.join(10)
+        assert not reader.is_alive() and seen == [[(0,)]]
+        assert cat.read(status, figures=True)[1] == [(5,)]
+        cat.con.execute("COMMIT")
+    assert cat.read(status, figures=True)[1] == [(5,)]

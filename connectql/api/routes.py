@@ -176,9 +176,10 @@ class Routes:
 
     def get_offsets(self, req: Request):
         entry = self.entry(req.params["name"])
-        _, rows = self.worker.catalog.query(
+        _, rows = self.worker.catalog.read(
             "SELECT committed_offset, latest_offset FROM connector_offsets WHERE connector = ?",
             [entry.name],
+            figures=True,
         )
         committed, latest = rows[0] if rows else (None, None)
         return 200, kafkaconnect.offsets(entry.name, committed, latest)

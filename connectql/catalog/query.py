@@ -54,4 +54,4 @@ def rewrite(catalog: Catalog, sql: str) -> str:
 
 
 def run_select(catalog: Catalog, sql: str) -> tuple[list[str], list[tuple]]:
-    return catalog.query(rewrite(catalog, sql))
+    return catalog.read(rewrite(catalog, sql), memo=False)

@@ -117,11 +117,9 @@ class _Interruptible:
 
     def execute(self, sql: str, *args):
         word = sql.lstrip()[:8].upper()
-        if not word.startswith("SELECT"):
-            if self.figures_only:
-                self.figure_changes += 1
-            else:
-                self.changes += 1
+        changes = not word.startswith("SELECT")
+        if changes:  # counted before (a read that starts now is not kept) and after it
+            self._count()
             if word.startswith("BEGIN"):
                 self.in_transaction = True
             elif word.startswith(("COMMIT", "ROLLBACK")):
@@ -132,6 +130,15 @@ class _Interruptible:
             if str(e) == "Query interrupted":
                 raise KeyboardInterrupt from None
             raise
+        finally:
+            if changes:
+                self._count()
+
+    def _count(self) -> None:
+        if self.figures_only:
+            self.figure_changes += 1
+        else:
+            self.changes += 1
 
     def __getattr__(self, name: str):
         return getattr(self._con, name)
@@ -174,6 +181,8 @@ class _Fenced:
     def execute(self, *args):
         raise CatalogError(f"the catalog is closed to this worker: {self.why}")
 
+    cursor = execute
+
     def close(self) -> None:
         pass
 
@@ -192,11 +201,14 @@ class Catalog:
         os.chmod(self.path, 0o600)  # connector_config holds inline secrets as given
         self.lock = threading.RLock()
         self._memo: dict[tuple, tuple] = {}  # read(): key -> (mark, columns, rows)
+        self._local, self._cursors = threading.local(), []  # read()'s cursor per thread
         with self.lock:
             schema.migrate(self.con)
 
     def close(self) -> None:
         with self.lock:
+            for cur in self._cursors:
+                cur.close()
             self.con.close()
 
     def fence(self, why: str) -> None:
@@ -209,23 +221,37 @@ class Catalog:
             cols = [d[0] for d in cur.description] if cur.description else []
             return cols, cur.fetchall()
 
-    def read(self, sql: str, params=(), figures: bool = False) -> tuple[list[str], list[tuple]]:
+    def read(
+        self, sql: str, params=(), figures: bool = False, memo: bool = True
+    ) -> tuple[list[str], list[tuple]]:
         """query(), memoised until a statement that may change the catalog; with `figures`,
         a read of the measured figures too (rows, lag), which every batch changes. The API
-        reads the same few things many times a second: a memo answers them without taking
-        the lock that statements and progress hold."""
-        key = (sql, tuple(params), figures)
-        hit = self._memo.get(key)
-        if hit is not None and hit[0] == self._mark(figures):
+        reads the same few things many times a second: the memo answers them, and what it
+        cannot is read through this thread's own cursor, which sees what is committed and
+        does not wait for the lock that statements and progress hold."""
+        key, mark = (sql, tuple(params), figures), self._mark(figures)
+        if mark is None or (self.lock._is_owned() and self.con.in_transaction):
+            return self.query(sql, list(params))  # fenced: refused; else sees its own writes
+        hit = self._memo.get(key) if memo else None
+        if hit is not None and hit[0] == mark:
             return hit[1], list(hit[2])
-        with self.lock:
-            mark = self._mark(figures)
+        if self.lock._is_owned():  # inside a statement of ours: what it changed is committed
             cols, rows = self.query(sql, list(params))
-            if mark is not None and not self.con.in_transaction:
-                if len(self._memo) >= MEMO_ENTRIES:
-                    self._memo.clear()
-                self._memo[key] = (mark, cols, rows)
-            return cols, list(rows)
+        else:
+            cols, rows = self._cursor_read(sql, list(params))
+        if memo:
+            if len(self._memo) >= MEMO_ENTRIES:
+                self._memo.clear()
+            self._memo[key] = (mark, cols, rows)
+        return cols, list(rows)
+
+    def _cursor_read(self, sql: str, params: list) -> tuple[list[str], list[tuple]]:
+        cur = getattr(self._local, "cursor", None)
+        if cur is None:  # DuckDB's way to read from another thread: a cursor of its own
+            cur = self._local.cursor = _Interruptible(self.con.cursor())
+            self._cursors.append(cur)
+        found = cur.execute(sql, params)
+        return [d[0] for d in found.description] if found.description else [], found.fetchall()
 
     def _mark(self, figures: bool):
         con = self.con

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -276,3 +277,13 @@ def test_reads_do_not_wait_for_a_statement_under_way(cat):
         assert cat.read(status, figures=True)[1] == [(5,)]
         cat.con.execute("COMMIT")
     assert cat.read(status, figures=True)[1] == [(5,)]
+
+
+def test_a_threads_cursor_goes_with_the_thread(cat):
+    cat.add_connector(ConnectorEntry("a", "source", "datagen", "s", {}))
+    for _ in range(3):
+        reader = threading.Thread(target=lambda: cat.read("SELECT 1", memo=False))
+        reader.start()
+        reader.join()
+    gc.collect()
+    assert len(cat._cursors) == 0

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import threading
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -201,13 +202,14 @@ class Catalog:
         os.chmod(self.path, 0o600)  # connector_config holds inline secrets as given
         self.lock = threading.RLock()
         self._memo: dict[tuple, tuple] = {}  # read(): key -> (mark, columns, rows)
-        self._local, self._cursors = threading.local(), []  # read()'s cursor per thread
+        # read()'s cursor per thread, dropped with its thread (a restart's timer, ...)
+        self._local, self._cursors = threading.local(), weakref.WeakSet()
         with self.lock:
             schema.migrate(self.con)
 
     def close(self) -> None:
         with self.lock:
-            for cur in self._cursors:
+            for cur in list(self._cursors):
                 cur.close()
             self.con.close()
 
@@ -249,7 +251,7 @@ class Catalog:
         cur = getattr(self._local, "cursor", None)
         if cur is None:  # DuckDB's way to read from another thread: a cursor of its own
             cur = self._local.cursor = _Interruptible(self.con.cursor())
-            self._cursors.append(cur)
+            self._cursors.add(cur)
         found = cur.execute(sql, params)
         return [d[0] for d in found.description] if found.description else [], found.fetchall()
 

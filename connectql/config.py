@@ -76,6 +76,9 @@ def is_reference(value: Any) -> bool:
     return isinstance(value, str) and REFERENCE.fullmatch(value) is not None
 
 
+MASK = "****"  # what a secret value shows as, wherever it leaves the catalog
+
+
 def is_secret_key(key: str) -> bool:
     """Keys whose inline values are redacted on every way out."""
     k = key.lower()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import uvicorn
 
-from connectql.worker.lease import is_live, read_lease, wait_for_lapse
+from connectql.worker.home import is_live, read_lease
+from connectql.worker.lease import wait_for_lapse
 
 
 def _app(home: Path):

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectql.config import is_reference, is_secret_key
+from connectql.config import MASK, is_reference, is_secret_key
 from connectql.grammar import ast
-
-MASK = "****"
 
 
 def redact_value(key: str, value: Any) -> Any:

@@ -44,9 +44,14 @@ def committed_entries(stream_path: str | Path) -> list[dict]:
     return list(files.values())
 
 
+def local_path(uri: str) -> str:
+    """A path of the metadata log (a file: URI) as a local path."""
+    return unquote(urlparse(uri).path)
+
+
 def committed_files(stream_path: str | Path) -> list[str]:
     """Local paths of the data files the stream's writers have committed."""
-    return [unquote(urlparse(e["path"]).path) for e in committed_entries(stream_path)]
+    return [local_path(e["path"]) for e in committed_entries(stream_path)]
 
 
 _DUCK_TYPES = {

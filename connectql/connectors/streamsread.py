@@ -18,9 +18,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from connectql.catalog.streams import log_files
+from connectql.catalog.streams import local_path, log_files
 from connectql.connectors.multitable import ROWS_COLUMN, ipc_bytes
-from connectql.runtime.retention import local_path
 
 FORMAT = "connectql_streams"
 STREAMS_OPTION = "connectql.streams"  # JSON {stream name: its folder}, in reading order

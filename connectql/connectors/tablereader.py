@@ -28,7 +28,7 @@ from connectql.connectors.changerows import (
 from connectql.connectors.dbsink import META_COLUMNS
 from connectql.connectors.options import from_spark_options, to_spark_options
 from connectql.errors import ConnectQLError, TableFailed
-from connectql.runtime.errors import short_error
+from connectql.errortext import short_error
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
 
 LAG_EVERY_S = 1.0  # how often reportLatestOffset asks the database how far behind it is

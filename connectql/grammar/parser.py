@@ -14,8 +14,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 from lark.parsers.lalr_parser_state import ParserState
 from sqlglot import exp
 
-from connectql.catalog.redact import MASK
-from connectql.config import is_secret_key
+from connectql.config import MASK, is_secret_key
 from connectql.errors import ParseError
 from connectql.grammar.ast import (
     AlterConnector,

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connectql.catalog.redact import MASK
 from connectql.catalog.store import ConnectorEntry, StreamEntry, table_stream
-from connectql.config import duration_ms, is_secret_key, validate
+from connectql.config import MASK, duration_ms, is_secret_key, validate
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec, WriterSpec
 from connectql.errors import PlanError

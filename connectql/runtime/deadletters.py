@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from connectql.connectors.changerows import DEAD_LETTERS
-from connectql.runtime.errors import short_error
+from connectql.errortext import short_error
 from connectql.runtime.streamwriter import Output
 from connectql.toolkit.envelope import (  # noqa: F401 (re-exported)
     DEAD_LETTER_COLUMN,

@@ -26,9 +26,9 @@ from pyspark.sql.types import StructType
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.dbsink import deadletter_name
 from connectql.errors import PlanError
+from connectql.errortext import short_error
 from connectql.planner.plan import STREAM_WRITER, Plan
 from connectql.runtime import deadletters
-from connectql.runtime.errors import short_error
 from connectql.runtime.session import get_session
 from connectql.runtime.streamwriter import StreamWriter, writer_id
 

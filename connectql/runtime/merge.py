@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectql.catalog.streams import StaleFiles, replace_files
-from connectql.runtime.retention import entry_times, local_path
+from connectql.catalog.streams import StaleFiles, local_path, replace_files
+from connectql.runtime.retention import entry_times
 from connectql.runtime.streamwriter import ROW_GROUP_BYTES
 
 Keep = Callable[[list[str]], list[pa.Array]]  # files -> the row numbers kept of each

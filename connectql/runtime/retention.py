@@ -12,9 +12,8 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
-from connectql.catalog.streams import log_files
+from connectql.catalog.streams import local_path, log_files
 from connectql.config import Option, duration_ms
 from connectql.errors import ValidationError
 
@@ -150,10 +149,6 @@ class Limits:
                 options.get("delete.retention") or STREAM_OPTIONS["delete.retention"].default
             ),
         )
-
-
-def local_path(uri: str) -> str:
-    return unquote(urlparse(uri).path)
 
 
 def _log_lines(folder: Path) -> list[str]:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from connectql.catalog.streams import append_files, append_table, committed_files
 from connectql.connectors.multitable import by_table
 from connectql.errors import PermanentError, SchemaEvolved, cause
-from connectql.runtime.errors import short_error
+from connectql.errortext import short_error
 
 log = logging.getLogger("connectql.runtime")
 

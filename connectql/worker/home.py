@@ -1,11 +1,14 @@
-"""One worker per home: an exclusive lock held for the worker's life, and the address file
-through which other `connectql` commands find a running server."""
+"""One worker per home: an exclusive lock held for the worker's life, the address file through
+which other `connectql` commands find a running server, and the active worker's lease as those
+commands read it."""
 
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import socket
+import time
 from pathlib import Path
 
 from connectql.errors import ConnectQLError
@@ -84,8 +87,6 @@ def read_address(home: Path) -> dict | None:
     """The running server's address, or None when there is none: no file, or no worker holds
     the home any more (a server killed with -9 leaves its file behind). The active worker's
     lease names it too (after a takeover, the lock may be held by a paused worker, or none)."""
-    from connectql.worker.lease import is_live, read_lease
-
     lease = read_lease(home)
     if is_live(lease) and lease.get("url"):
         return {k: lease[k] for k in ("pid", "host", "port", "url") if k in lease}
@@ -118,3 +119,26 @@ def remove_address(home: Path) -> None:
             (home / ADDRESS_FILE).unlink()
     except (OSError, ValueError):
         pass
+
+
+# The active worker's lease (worker/lease.py writes and renews it), as commands read it.
+LEASE_FILE = "lease.json"
+TTL_S = 6.0  # a lease not renewed for this long has lapsed
+
+
+def read_lease(home: Path) -> dict | None:
+    try:
+        lease = json.loads((home / LEASE_FILE).read_text())
+        return lease if isinstance(lease, dict) and "epoch" in lease else None
+    except (OSError, ValueError):
+        return None
+
+
+def is_live(lease: dict | None) -> bool:
+    """Whether a lease was renewed within TTL_S by the wall clock and its holder, when on this
+    machine, still runs (for commands that look once; a standby judges by its own clock how long
+    the lease has not changed)."""
+    if not lease or lease.get("released") or time.time() - lease.get("renewed", 0) >= TTL_S:
+        return False
+    here = lease.get("machine") == socket.gethostname()
+    return not here or Path(f"/proc/{lease.get('pid')}").exists()

@@ -17,22 +17,13 @@ from pathlib import Path
 import duckdb
 
 from connectql.errors import ConnectQLError
+from connectql.worker.home import LEASE_FILE, TTL_S, is_held, is_live, read_lease
 
 log = logging.getLogger("connectql.lease")
 
-LEASE_FILE = "lease.json"
 EPOCHS_DIR = "epochs"  # one empty file per epoch ever taken
 CATALOG_FILE = "catalog.duckdb"
 RENEW_S = 2.0
-TTL_S = 6.0  # a lease not renewed for this long has lapsed
-
-
-def read_lease(home: Path) -> dict | None:
-    try:
-        lease = json.loads((home / LEASE_FILE).read_text())
-        return lease if isinstance(lease, dict) and "epoch" in lease else None
-    except (OSError, ValueError):
-        return None
 
 
 def write_lease(home: Path, lease: dict) -> None:
@@ -41,16 +32,6 @@ def write_lease(home: Path, lease: dict) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(lease))
     os.replace(tmp, home / LEASE_FILE)
-
-
-def is_live(lease: dict | None) -> bool:
-    """Whether a lease was renewed within TTL_S by the wall clock and its holder, when on this
-    machine, still runs (for commands that look once; a standby judges by its own clock how long
-    the lease has not changed)."""
-    if not lease or lease.get("released") or time.time() - lease.get("renewed", 0) >= TTL_S:
-        return False
-    here = lease.get("machine") == socket.gethostname()
-    return not here or Path(f"/proc/{lease.get('pid')}").exists()
 
 
 def current_epoch(home: Path) -> int:
@@ -188,8 +169,6 @@ def wait_for_lapse(home: Path, stopping: threading.Event, every: float = 0.25) -
     (None when `stopping` is set first). A lease lapses when it is released, or has not changed
     for TTL_S by this process's clock; a home without a lease, when no worker holds its lock
     (`connectql run` holds no lease)."""
-    from connectql.worker.home import is_held
-
     seen, since = None, time.monotonic()
     while not stopping.is_set():
         lease = read_lease(home)

@@ -1,4 +1,4 @@
-"""What a statement returns: a table or a message, ready for printing (connectql/formats.py)
+"""What a statement returns: a table or a message, ready for printing (by the command's formats)
 or JSON."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from connectql.catalog import states
 from connectql.errors import SchemaEvolved, cause, permanent_cause, table_failed
-from connectql.runtime.errors import short_error
+from connectql.errortext import short_error
 from connectql.worker import evolution
 
 log = logging.getLogger("connectql.supervisor")

@@ -22,6 +22,7 @@ from connectql.connectors.base import ReaderSpec
 from connectql.connectors.multitable import FAILED_OPTION, patterns, with_tables_schemas
 from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
+from connectql.errortext import short_error
 from connectql.grammar import ast
 from connectql.planner.plan import Plan, PlanContext, build_plan, checkpoint_path
 from connectql.planner.resolve import resolve, resolve_value
@@ -29,7 +30,6 @@ from connectql.runtime import session
 from connectql.runtime.cluster import check_cluster, check_home_given, is_cluster
 from connectql.runtime.deadletters import DEADLETTER_DDL
 from connectql.runtime.engine import Engine
-from connectql.runtime.errors import short_error
 from connectql.runtime.logs import log_to, redact_spark_log, stop_logging
 from connectql.runtime.retention import check_options
 from connectql.runtime.session import logging_settings, send_jvm_output_to, stop_session

@@ -61,8 +61,8 @@ SOURCE_OPTIONS = {
 
 
 def plan_source(opts: dict[str, Any]) -> ReaderSpec:
+    from connectql.connectors.mysql.discovery import discover
     from connectql.connectors.mysql.source import ReaderConfig
-    from connectql.connectors.mysql.tables import discover
 
     where = "mysql source"
     check_source_options(opts, where)

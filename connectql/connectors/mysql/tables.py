@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from connectql.connectors import declared
 from connectql.connectors.multitable import matching
-from connectql.connectors.mysql.client import connect, qualified, query
+from connectql.connectors.mysql.client import qualified, query
 from connectql.connectors.mysql.types import Column, spark_type
 from connectql.connectors.tablereader import Table
 from connectql.errors import PlanError
@@ -151,27 +151,6 @@ def check_table_readable(conn, database: str, table: str, where: str) -> None:
         query(conn, f"SELECT 1 FROM {qualified(database, table)} LIMIT 0")
     except Exception as e:
         raise PlanError(f"{where}: cannot read {database}.{table}: {_first_line(e)}") from None
-
-
-def discover(cfg, cdc: bool, where: str) -> list[Table]:
-    """At CREATE: the columns and key of each table the source reads, checking what
-    change-data capture needs."""
-    from connectql.connectors.mysql.binlog import check_replication
-    from connectql.connectors.mysql.keyless import check_supported
-
-    with connect(cfg.connection) as conn:
-        if cdc:
-            check_binlog(conn, where)
-            check_replication(cfg, where)
-        found = []
-        for table in tables_of(conn, cfg, where):
-            one = cfg.for_table(table)
-            found.append(describe_source(conn, one, where))
-            if not one.query:
-                check_table_readable(conn, one.schema, one.table, where)
-            if cdc and not one.query and not found[-1].key:
-                check_supported(conn, found[-1].qualified, where)
-        return found
 
 
 def tables_of(conn, cfg, where: str) -> list[str | None]:

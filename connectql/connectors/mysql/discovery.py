@@ -1,0 +1,33 @@
+"""What a mysql source finds at CREATE: each table's columns and key, and whether the server
+and the tables allow change-data capture (above tables, binlog and keyless, which it asks)."""
+
+from __future__ import annotations
+
+from connectql.connectors.mysql.binlog import check_replication
+from connectql.connectors.mysql.client import connect
+from connectql.connectors.mysql.keyless import check_supported
+from connectql.connectors.mysql.tables import (
+    check_binlog,
+    check_table_readable,
+    describe_source,
+    tables_of,
+)
+from connectql.connectors.tablereader import Table
+
+
+def discover(cfg, cdc: bool, where: str) -> list[Table]:
+    """At CREATE: the columns and key of each table the source reads, checking what
+    change-data capture needs."""
+    with connect(cfg.connection) as conn:
+        if cdc:
+            check_binlog(conn, where)
+            check_replication(cfg, where)
+        found = []
+        for table in tables_of(conn, cfg, where):
+            one = cfg.for_table(table)
+            found.append(describe_source(conn, one, where))
+            if not one.query:
+                check_table_readable(conn, one.schema, one.table, where)
+            if cdc and not one.query and not found[-1].key:
+                check_supported(conn, found[-1].qualified, where)
+        return found

@@ -107,9 +107,9 @@ class _Interruptible:
     """DuckDB's connection, except that Ctrl-C during a statement comes out as KeyboardInterrupt:
     DuckDB turns it into RuntimeError('Query interrupted'), which `connectql run` took for a
     failure (a traceback and exit 1) instead of the graceful stop Ctrl-C asks for. It counts the
-    statements that may change the catalog, before they run, so that reads can be memoised
-    (Catalog.read): `changes`, or `figure_changes` while `figures_only` (a batch's progress, a
-    stream's measured size: what changes many times a second)."""
+    statements that may change the catalog, before and after they run, so that reads can be
+    memoised (Catalog.read): `changes`, or `figure_changes` while `figures_only` (a batch's
+    progress, a stream's measured size: what changes many times a second)."""
 
     def __init__(self, con):
         self._con = con
@@ -143,6 +143,11 @@ class _Interruptible:
 
     def __getattr__(self, name: str):
         return getattr(self._con, name)
+
+
+def _result(cur) -> tuple[list[str], list[tuple]]:
+    """A statement's column names and rows."""
+    return [d[0] for d in cur.description] if cur.description else [], cur.fetchall()
 
 
 MEMO_ENTRIES = 4096  # Catalog.read's memo is emptied when it holds this many reads
@@ -219,9 +224,7 @@ class Catalog:
 
     def query(self, sql: str, params=None) -> tuple[list[str], list[tuple]]:
         with self.lock:
-            cur = self.con.execute(sql, params or [])
-            cols = [d[0] for d in cur.description] if cur.description else []
-            return cols, cur.fetchall()
+            return _result(self.con.execute(sql, params or []))
 
     def read(
         self, sql: str, params=(), figures: bool = False, memo: bool = True
@@ -241,19 +244,19 @@ class Catalog:
             cols, rows = self.query(sql, list(params))
         else:
             cols, rows = self._cursor_read(sql, list(params))
-        if memo:
-            if len(self._memo) >= MEMO_ENTRIES:
-                self._memo.clear()
-            self._memo[key] = (mark, cols, rows)
-        return cols, list(rows)
+        if not memo:
+            return cols, rows
+        if len(self._memo) >= MEMO_ENTRIES:
+            self._memo.clear()
+        self._memo[key] = (mark, cols, rows)
+        return cols, list(rows)  # a copy: the memo's rows stay as read
 
     def _cursor_read(self, sql: str, params: list) -> tuple[list[str], list[tuple]]:
         cur = getattr(self._local, "cursor", None)
         if cur is None:  # DuckDB's way to read from another thread: a cursor of its own
             cur = self._local.cursor = _Interruptible(self.con.cursor())
             self._cursors.add(cur)
-        found = cur.execute(sql, params)
-        return [d[0] for d in found.description] if found.description else [], found.fetchall()
+        return _result(cur.execute(sql, params))
 
     def _mark(self, figures: bool):
         con = self.con

@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
@@ -70,6 +70,7 @@ class Copy:
     check: str
     rss: int = 0  # peak bytes of the copying process tree; 0: not measured
     note: str = ""
+    cpu: dict[str, float] = field(default_factory=dict)  # common.cpu_since; empty: not measured
 
     @property
     def ok(self) -> bool:
@@ -205,7 +206,7 @@ def pipe_mariadb(data: Data, db: str, label: str) -> Copy:
         lambda: data.check(db),
         "",
     )
-    return Copy(label, "mariadb", run.seconds, run.check)
+    return Copy(label, "mariadb", run.seconds, run.check, cpu=run.cpu)
 
 
 def pipe_postgres(data: Data, db: str) -> Copy:
@@ -218,7 +219,7 @@ def pipe_postgres(data: Data, db: str) -> Copy:
         lambda: data.check(db),
         "",
     )
-    return Copy("pipe psql COPY | psql COPY", "postgres", run.seconds, run.check)
+    return Copy("pipe psql COPY | psql COPY", "postgres", run.seconds, run.check, cpu=run.cpu)
 
 
 def duckdb_python(tmp: Path, given: str | None) -> tuple[str | None, str]:
@@ -367,7 +368,7 @@ def connectql_warm(cq: Connectql, data: Data, rss: TreeRss, source: str, cdc: bo
         f"b{tag}", "orders", data.rows, options, data.srv.pg_options(db), lambda: data.check(db)
     )
     out.append(Copy("connectql bulk + sink, warm worker", source, run.seconds, run.check,
-                    rss.peak(), run.note))  # fmt: skip
+                    rss.peak(), run.note, run.cpu))  # fmt: skip
     if cdc:
         db = f"cdc_{tag}"
         info = data.target(db)
@@ -407,12 +408,15 @@ def copies_table(copies: list[Copy], rows: int) -> Table:
         title_justify="left",
         caption="x pipe: seconds / the mean of that source's pipe runs; x JDBC: / Spark JDBC's"
         " warm copy from the same source; peak RSS: the copying process tree (- not measured);"
-        " check: row count + MD5 over canonical values against the source",
+        " check: row count + MD5 over canonical values against the source; CPU s: the"
+        " machine's busy CPU seconds during the copy (at most seconds x cores), then by program"
+        " (a program's reaped children count as its own)",
         caption_justify="left",
     )
     for col in ("copy", "source", "seconds", "rows/s", "x pipe", "x JDBC warm", "peak RSS"):
         table.add_column(col, justify="left" if col in ("copy", "source") else "right")
     table.add_column("check")
+    table.add_column("CPU s (machine busy: by program)", overflow="fold")
     table.add_column("note", overflow="fold")
     for c in copies:
         table.add_row(
@@ -424,6 +428,7 @@ def copies_table(copies: list[Copy], rows: int) -> Table:
             f"{c.seconds / jdbc[c.source]:.2f}",
             f"{c.rss / 2**20:,.0f} MB" if c.rss else "-",
             c.check if c.ok else f"[red]{c.check}[/red]",
+            common.cpu_text(c.cpu),
             c.note,
         )
     return table

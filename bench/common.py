@@ -81,10 +81,59 @@ class Run:
     check: str
     counted: bool = True
     note: str = ""
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU s by program, see cpu_since
 
     @property
     def ok(self) -> bool:
         return self.check.startswith("OK")
+
+
+# --------------------------------------------------------------------------------------------
+# Where the CPU went
+# --------------------------------------------------------------------------------------------
+
+_PROGRAMS = {"mariadbd": "mariadbd", "mysqld": "mariadbd", "postgres": "postgres", "java": "java"}
+
+
+def cpu_now() -> tuple[float, dict[str, float]]:
+    """(the machine's busy CPU seconds, CPU seconds by program) so far. A process's figure
+    includes its reaped children's (a server's finished backends, a client's pipe), so a
+    difference of two snapshots is what each program used in between, on every core."""
+    tick = os.sysconf("SC_CLK_TCK")
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    busy = (sum(int(x) for x in fields[:8]) - int(fields[3]) - int(fields[4])) / tick
+    used: dict[str, float] = defaultdict(float)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ticks = sum(int(x) for x in stat.rsplit(")", 1)[1].split()[11:15])
+        used[_PROGRAMS.get(comm, "python" if comm.startswith("python") else "other")] += (
+            ticks / tick
+        )
+    return busy, used
+
+
+def cpu_since(before: tuple[float, dict[str, float]]) -> dict[str, float]:
+    """CPU seconds since `before` (cpu_now()): by program, and 'busy' for the whole machine
+    (the other programs' too: compare with seconds x cores)."""
+    busy, used = cpu_now()
+    out = {k: round(v - before[1].get(k, 0.0), 1) for k, v in used.items()}
+    out = {k: v for k, v in out.items() if v > 0}
+    out["busy"] = round(busy - before[0], 1)
+    return out
+
+
+def cpu_text(cpu: dict[str, float]) -> str:
+    """'busy 9.1 s: java 4.0, mariadbd 2.2, ...' (largest first)."""
+    if not cpu:
+        return "-"
+    parts = sorted(((k, v) for k, v in cpu.items() if k != "busy"), key=lambda kv: -kv[1])
+    return f"{cpu.get('busy', 0):.1f} s: " + ", ".join(f"{k} {v:.1f}" for k, v in parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,7 +165,7 @@ def run_pipe(
 ) -> Run:
     """The yardstick: `out_cmd | in_cmd`, wall clock; `check()` judges the target afterwards."""
     with tempfile.TemporaryFile() as err_out:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), cpu_now()
         copy_out = subprocess.Popen(out_cmd, stdout=subprocess.PIPE, stderr=err_out)
         copy_in = subprocess.Popen(
             in_cmd, stdin=copy_out.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -124,7 +173,7 @@ def run_pipe(
         copy_out.stdout.close()  # copy_in holds the read end: copy_out sees EPIPE if it dies
         _out, err_in = copy_in.communicate()
         copy_out.wait()
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, cpu_since(cpu0)
         err_out.seek(0)
         errors = err_out.read().decode(errors="replace") + err_in.decode(errors="replace")
     if copy_out.returncode or copy_in.returncode:
@@ -134,7 +183,7 @@ def run_pipe(
         )
     else:
         result = check()
-    return Run(label, rows, seconds, result, note=note)
+    return Run(label, rows, seconds, result, note=note, cpu=cpu)
 
 
 # --------------------------------------------------------------------------------------------
@@ -360,13 +409,13 @@ class Connectql:
             tasks=tasks,
         )
         method = method or f"connectql bulk, run once ({label})"
-        t0_wall, t0 = time.time(), time.perf_counter()
+        t0_wall, t0, cpu0 = time.time(), time.perf_counter(), cpu_now()
         try:
             self.run(script)
             self.worker.wait_for_once()
         except Exception as e:  # a failed statement is a FAIL of this run, not the bench's end
             return Run(method, rows, time.perf_counter() - t0, f"FAIL: {e}")
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, cpu_since(cpu0)
         errors = self.problems([src, dst], "FINISHED")
         result = f"FAIL: {errors}" if errors else check()
         done = self.finished_at()
@@ -376,7 +425,7 @@ class Connectql:
         ]
         source_s = done.get(src, float("nan")) - t0_wall
         note = f"source FINISHED at {source_s:.1f} s, sink {seconds - source_s:.1f} s after"
-        return Run(method, rows, seconds, result, note=note)
+        return Run(method, rows, seconds, result, note=note, cpu=cpu)
 
     # ---------------------------------------------------------------- (b) cdc snapshot
     def cdc(

@@ -389,6 +389,21 @@ def test_one_sink_writes_each_stream_of_a_multi_table_source_into_its_own_table(
             what=f"out_{table} equal to {table}",
             diagnose=lambda q=query: (pg_rows(dst_info, q) or [])[:5],
         )
+    # a Spark row is a chunk (source) or a row group (sink): the status counts the rows
+    streamed = sum(
+        read_parquet_rows(worker.home / f"streams/pg_{t}", "SELECT count(*) FROM t")[0][0]
+        for t in "abc"
+    )
+    assert streamed == 820 + 10 + 10 + 6 + 1
+    counted = "SELECT name, rows_total FROM connectors WHERE name IN ('three', 'all_out')"
+    wait_until(
+        lambda: (
+            sorted(run(worker, counted)[0].rows) == [("all_out", streamed), ("three", streamed)]
+        ),
+        timeout=60,
+        what="both connectors to count every row",
+        diagnose=lambda: run(worker, counted)[0].rows,
+    )
     plan = dict(
         run(
             worker,
@@ -503,3 +518,36 @@ def test_one_mysql_sink_of_several_streams(spark, home):
     finally:
         with server() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def test_a_stream_read_by_fewer_streams_than_tasks_is_split_in_order(tmp_path):
+    """A sink's tasks share one stream's row groups: consecutive runs of about as many rows,
+    which in partition order hold the stream's rows in order."""
+    import pyarrow.parquet as pq
+
+    from connectql.connectors import streamsread
+
+    files = []
+    for i, rows in enumerate((250, 250, 100)):
+        path = tmp_path / f"f{i}.parquet"
+        first = sum((250, 250, 100)[:i])
+        pq.write_table(pa.table({"n": range(first, first + rows)}), path, row_group_size=50)
+        files.append((str(path), ()))
+    parts = streamsread.split_groups([("s", tuple(files))], 3)
+    assert len(parts) == 3
+    read = [
+        [n for rb in streamsread.StreamsReader.read(None, p) for n in _numbers(rb)] for p in parts
+    ]
+    assert [n for part in read for n in part] == list(range(600))
+    assert all(150 <= len(part) <= 250 for part in read), [len(p) for p in read]
+    counts = [sum(rb.column("__count").to_pylist()) for p in parts for rb in
+              streamsread.StreamsReader.read(None, p)]  # fmt: skip
+    assert sum(counts) == 600
+
+
+def _numbers(rb: pa.RecordBatch) -> list[int]:
+    return [
+        n
+        for blob in rb.column(multitable.ROWS_COLUMN).to_pylist()
+        for n in pa.ipc.open_stream(blob).read_all().column("n").to_pylist()
+    ]

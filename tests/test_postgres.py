@@ -7,10 +7,13 @@ import json
 import threading
 import time
 import uuid
+from datetime import timezone
 
 import psycopg
+import pyarrow.parquet as pq
 import pytest
 
+from connectql.connectors import multitable
 from connectql.errors import ConnectQLError, PlanError
 from tests.helpers import (
     lag_below,
@@ -308,6 +311,36 @@ def test_bulk_source_copies_a_query_every_run(worker, pg_shared, db):
     worker.wait_for_once()
     rows = run(worker, "SELECT sku, double_price FROM prices_s ORDER BY sku")[0].rows
     assert [(s, float(p)) for s, p in rows] == [("b", 4.4), ("c", 6.6)]
+
+
+def test_a_one_table_source_moves_chunks_and_counts_rows(worker, pg_shared, db):
+    """Spark moves a table's rows packed, a chunk per Spark row; the status still counts rows,
+    and the stream's files keep Spark's own timestamp encoding (INT96), so a query of the
+    stream reads the values as before."""
+    name, info = db
+    sql(info, "CREATE TABLE ev (id bigint PRIMARY KEY, at timestamptz, note text)")
+    sql(
+        info,
+        "INSERT INTO ev SELECT g, TIMESTAMPTZ '2024-05-06 07:08:09.654321+00' + g * interval"
+        " '1 second', 'n' || g FROM generate_series(1, 3000) g",
+    )
+    run(
+        worker,
+        f"""CREATE SOURCE CONNECTOR ev_src FROM postgres INTO ev_s WITH (
+          {connection(pg_shared, name)}, table = 'ev', mode = 'bulk', run = 'once')""",
+    )
+    worker.wait_for_once()
+    assert multitable.ONE_OPTION in worker.engine.plans["ev_src"].reader.options
+    assert run(worker, "SELECT rows_total FROM connectors WHERE name = 'ev_src'")[0].rows == [
+        (3000,)
+    ]
+    files = list((worker.home / "streams/ev_s").glob("*.parquet"))
+    assert files and all(pq.ParquetFile(f).schema.column(1).physical_type == "INT96" for f in files)
+    got = run(worker, "SELECT count(*), min(at), max(note) FROM ev_s")[0].rows
+    want = sql(info, "SELECT count(*), min(at), max(note) FROM ev")
+    assert [(n, at.replace(tzinfo=None), note) for n, at, note in got] == [
+        (n, at.astimezone(timezone.utc).replace(tzinfo=None), note) for n, at, note in want
+    ]
 
 
 def test_source_errors_are_named_at_create(worker, pg_shared, db):

@@ -43,6 +43,8 @@ class ReaderSpec:
     # naming what is wrong.
     discover: Callable[[], list[Found]] | None = field(default=None, compare=False)
     endpoint: str | None = None  # host:port the reads wait on (named when a batch hangs)
+    # one table's rows can travel packed (multitable.packed_one): a Spark row per chunk of rows
+    packs: bool = False
 
 
 @dataclass(frozen=True)

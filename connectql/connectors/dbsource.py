@@ -164,4 +164,5 @@ def reader_spec(
         # several tables carry dead letters under their own tag (multitable); one table in
         # the toolkit's column
         corrupt_column=DEAD_LETTER_COLUMN if tolerant and not cfg.patterns else None,
+        packs=not cfg.patterns,
     )

@@ -26,6 +26,10 @@ PACK_BYTES = 8 * 1024 * 1024
 
 # the reader option listing (JSON) the tables stopped by a value they cannot read (catalog)
 FAILED_OPTION = "connectql.tables.failed"
+# the reader option saying that the one table of SCHEMAS_OPTION is a one-table source's, packed
+# only to move its rows cheaply (its offsets, errors and dead letters stay a one-table source's)
+ONE_OPTION = "connectql.tables.one"
+ONE_KEY = ""  # the `__table` of a one-table source's packed rows
 
 
 def patterns(table: str | None) -> tuple[str, ...]:
@@ -58,6 +62,14 @@ def with_tables_schemas(reader, parts: list[tuple[str, StructType]]):
     tables = json.dumps([[t, s.jsonValue()] for t, s in parts])
     options = {**reader.options, SCHEMAS_OPTION: tables}
     return dataclasses.replace(reader, schema=PACKED_DDL, options=options)
+
+
+def packed_one(reader, struct: StructType):
+    """A one-table source's reader spec (planner) that sends its rows packed, a Spark row per
+    chunk: Spark then moves a few large values per batch instead of converting every row from
+    Arrow and back (the stream writer writes the chunks as they are)."""
+    reader = with_tables_schemas(reader, [(ONE_KEY, struct)])
+    return dataclasses.replace(reader, options={**reader.options, ONE_OPTION: "true"})
 
 
 def option_schemas(options: dict[str, str]) -> dict[str, StructType] | None:

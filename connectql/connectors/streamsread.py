@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from connectql.catalog.streams import local_path, log_files
 from connectql.connectors.multitable import ROWS_COLUMN, ipc_bytes
@@ -24,8 +24,16 @@ from connectql.connectors.multitable import ROWS_COLUMN, ipc_bytes
 FORMAT = "connectql_streams"
 STREAMS_OPTION = "connectql.streams"  # JSON {stream name: its folder}, in reading order
 STREAM_COLUMN = "__stream"
+COUNT_COLUMN = "__count"  # the rows in ROWS_COLUMN (Spark counts a row group as one row)
 SCHEMA = StructType(
-    [StructField(STREAM_COLUMN, StringType(), False), StructField(ROWS_COLUMN, BinaryType(), False)]
+    [
+        StructField(STREAM_COLUMN, StringType(), False),
+        StructField(ROWS_COLUMN, BinaryType(), False),
+        StructField(COUNT_COLUMN, LongType(), False),
+    ]
+)
+ARROW = pa.schema(
+    [(STREAM_COLUMN, pa.string()), (ROWS_COLUMN, pa.binary()), (COUNT_COLUMN, pa.int64())]
 )
 log = logging.getLogger("connectql.connectors")
 
@@ -102,9 +110,10 @@ def new_files(stream_path: str, start: int, end: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Files(InputPartition):
-    """Streams' new files, each stream's in commit order: [(stream, [file, ...]), ...]."""
+    """Streams' new files, each stream's in commit order, each file with the row groups to
+    read (() for all): [(stream, [(file, (group, ...)), ...]), ...]."""
 
-    streams: tuple[tuple[str, tuple[str, ...]], ...]
+    streams: tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...]
 
 
 class StreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -132,30 +141,80 @@ class StreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name, path in self.paths.items():
             files = new_files(path, start.get(name, -1), end.get(name, -1))
             if files:
-                work.append((name, tuple(files)))
+                work.append((name, tuple((f, ()) for f in files)))
+        if 0 < len(work) < self.tasks:  # fewer streams than tasks: their row groups are split
+            return split_groups(work, self.tasks)
         count = min(self.tasks, len(work))
         return [Files(tuple(work[i::count])) for i in range(count)]
 
     def read(self, part: Files) -> Iterator[pa.RecordBatch]:
         for name, files in part.streams:
-            for path in files:
-                yield from _row_groups(name, path)
+            for path, groups in files:
+                yield from _row_groups(name, path, groups)
 
     def commit(self, end: dict) -> None:
         pass
 
 
-def _row_groups(stream: str, path: str) -> Iterator[pa.RecordBatch]:
-    """One row per row group of the file: (stream, the rows as Arrow IPC)."""
+def split_groups(work: list, tasks: int) -> list[Files]:
+    """The streams' files cut into at most `tasks` partitions of about as many rows, each a
+    run of consecutive row groups, so that the partitions in order hold each stream's rows
+    in order."""
+    groups = []  # (stream, file, row group, rows)
+    for name, files in work:
+        for path, _all in files:
+            try:
+                sizes = [g.num_rows for g in _groups_of(path)]
+            except FileNotFoundError:  # gone (retention): its read skips it
+                sizes = [0]
+            groups += [(name, path, i, n) for i, n in enumerate(sizes)]
+    share = sum(g[3] for g in groups) / tasks
+    runs: list[list] = [[]]
+    filled = 0
+    for g in groups:
+        if filled and filled + g[3] / 2 > share and len(runs) < tasks:
+            runs.append([])
+            filled = 0
+        runs[-1].append(g)
+        filled += g[3]
+    return [Files(_nested(run)) for run in runs if run]
+
+
+def _groups_of(path: str):
+    meta = pq.read_metadata(path)
+    return [meta.row_group(i) for i in range(meta.num_row_groups)]
+
+
+def _nested(run: list) -> tuple:
+    """[(stream, file, group, rows), ...] as Files.streams."""
+    out: list = []
+    for name, path, group, _rows in run:
+        if not out or out[-1][0] != name:
+            out.append((name, []))
+        files = out[-1][1]
+        if not files or files[-1][0] != path:
+            files.append((path, []))
+        files[-1][1].append(group)
+    return tuple((name, tuple((p, tuple(g)) for p, g in files)) for name, files in out)
+
+
+def _row_groups(stream: str, path: str, groups: tuple[int, ...] = ()) -> Iterator[pa.RecordBatch]:
+    """One row per row group of the file (`groups`, or all): (stream, the rows as Arrow IPC,
+    their number)."""
     try:
         f = pq.ParquetFile(path)
     except FileNotFoundError:  # retention.policy = 'drop' removed it: those rows are lost
         log.warning("stream %s: file %s is gone (retention); its rows are skipped", stream, path)
         return
-    for i in range(f.num_row_groups):
+    for i in groups or range(f.num_row_groups):
+        rows = f.read_row_group(i)
         yield pa.RecordBatch.from_arrays(
-            [pa.array([stream]), pa.array([ipc_bytes(f.read_row_group(i))], pa.binary())],
-            names=[STREAM_COLUMN, ROWS_COLUMN],
+            [
+                pa.array([stream]),
+                pa.array([ipc_bytes(rows)], pa.binary()),
+                pa.array([rows.num_rows]),
+            ],
+            schema=ARROW,
         )
 
 

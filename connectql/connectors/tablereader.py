@@ -164,7 +164,10 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         schema = StructType([f for f in schema.fields if f.name != DEAD_LETTER_COLUMN])
         self.schema = schema  # several tables: multitable.PACKED_DDL
         parts = multitable.option_schemas(options)
-        self.multi = parts is not None
+        self.packed = parts is not None  # rows sent as multitable.pack chunks
+        self.multi = self.packed and options.get(multitable.ONE_OPTION) != "true"
+        if self.packed and not self.multi:  # one table, packed: keyed as an unpacked one is
+            parts = {self.cfg.table: parts[multitable.ONE_KEY]}
         self.schemas: dict[str | None, StructType] = parts or {self.cfg.table: schema}
         self.tables: list[str | None] = list(self.schemas)
         # several tables: those stopped by a value they cannot read (errors.tolerance = 'none',
@@ -279,8 +282,9 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return polling.Source(self.relation(table), StructType(data))
 
     def _shape(self, table: str | None, batch: pa.RecordBatch) -> pa.RecordBatch:
-        if self.multi:
-            return multitable.pack(table, batch, self._arrow(table))
+        if self.packed:
+            key = table if self.multi else multitable.ONE_KEY
+            return multitable.pack(key, batch, self._arrow(table))
         if self.out is None:
             return batch
         if table == DEAD_LETTERS:  # changerows.dead_letters: the records are in __source

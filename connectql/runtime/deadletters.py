@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from connectql.connectors.changerows import DEAD_LETTERS
+from connectql.connectors.multitable import ONE_KEY, ONE_OPTION
 from connectql.errortext import short_error
 from connectql.runtime.streamwriter import Output
 from connectql.toolkit.envelope import (  # noqa: F401 (re-exported)
@@ -37,6 +38,8 @@ def outputs(plan) -> list[Output]:
     the records that did not parse to the dead-letter stream (or, with errors.tolerance =
     'none', nowhere: the reader fails on them instead)."""
     col = plan.reader.corrupt_column
+    if plan.reader.options.get(ONE_OPTION):  # one table's rows, packed
+        return [Output(plan.writer.path, _same, table=ONE_KEY)]
     if plan.table_paths:  # several tables: each table's rows to its own stream
         tables = [Output(path, _same, table=t) for t, path in plan.table_paths.items()]
         unread = functools.partial(_unread_changes, connector=plan.connector)

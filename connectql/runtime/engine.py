@@ -23,8 +23,10 @@ from pyspark.sql.streaming.listener import (
 )
 from pyspark.sql.types import StructType
 
+from connectql.connectors import streamsread
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.dbsink import deadletter_name
+from connectql.connectors.multitable import SCHEMAS_OPTION
 from connectql.errors import PlanError
 from connectql.errortext import short_error
 from connectql.planner.plan import STREAM_WRITER, Plan
@@ -35,6 +37,7 @@ from connectql.runtime.streamwriter import StreamWriter, writer_id
 log = logging.getLogger("connectql.runtime")
 
 OBSERVED = "connectql"  # the observed metrics of every query: rows that reach its writer
+OBSERVED_ROWS = "rows"  # ... and the rows of a packed sink's chunks (Spark counts chunks)
 STOP_WAIT_S = 5.0  # a stop (PAUSE, DROP, shutdown) waits no longer for a query to end
 # ...after first letting a source's batch under way finish for this long (StreamWriter)
 STOP_GRACE_S = 2.0
@@ -80,14 +83,24 @@ def _offset_json(text: str | None) -> str | None:
 
 
 def progress_row(
-    p, lag_field: str | None, dead_lettered: int = 0, lag_bytes_field: str | None = None
+    p,
+    lag_field: str | None,
+    dead_lettered: int = 0,
+    lag_bytes_field: str | None = None,
+    packed: int | None = None,
 ) -> dict[str, Any]:
+    """One batch's progress (`p`, Spark's) as a connector_metrics row. `packed`: the rows a
+    packed source wrote (Spark counts its chunks), less the dead letters."""
     src = p.sources[0] if p.sources else None
     end, latest = (
         (_offset_json(src.endOffset), _offset_json(src.latestOffset)) if src else (None, None)
     )
     observed = (p.observedMetrics or {}).get(OBSERVED)
-    seen = int(observed["written"]) if observed is not None else int(p.numInputRows)
+    observed = observed.asDict() if observed is not None else {}
+    if OBSERVED_ROWS in observed:
+        packed = int(observed[OBSERVED_ROWS] or 0)
+    inputs = int(p.numInputRows) if packed is None else packed + dead_lettered
+    seen = int(observed.get("written", inputs))
     written = seen - dead_lettered
     return {
         "batch_id": p.batchId,
@@ -95,11 +108,11 @@ def progress_row(
         .astimezone(timezone.utc)
         .replace(tzinfo=None),
         "duration_ms": int(p.durationMs.get("triggerExecution", p.batchDuration or 0)),
-        "input_rows": int(p.numInputRows),
+        "input_rows": inputs,
         "input_rows_per_sec": float(p.inputRowsPerSecond or 0.0),
         "processed_rows_per_sec": float(p.processedRowsPerSecond or 0.0),
         "written_rows": written,
-        "filtered_rows": max(0, int(p.numInputRows) - seen),
+        "filtered_rows": max(0, inputs - seen),
         "dead_lettered_rows": dead_lettered,
         "end_offset": end,
         "latest_offset": latest,
@@ -129,6 +142,8 @@ class Engine:
         self._by_id: dict[str, str] = {}  # run id -> connector (a restart keeps the query id)
         self._stopping: set[str] = set()
         self._dead: dict[tuple[str, int], int] = {}  # (connector, batch) -> rows dead-lettered
+        # a packed source's rows (a Spark row is a chunk of them): (connector, batch) -> rows
+        self._packed: dict[tuple[str, int], int] = {}
         self._reported: dict[str, int] = {}  # query run id -> last batch id reported
         self.lingering: dict[str, Stopper] = {}  # stopped queries still stuck in a call
         self.writers: dict[str, StreamWriter] = {}  # a source's foreachBatch, by connector
@@ -202,6 +217,8 @@ class Engine:
             df = df.coalesce(plan.tasks)
         if plan.transform is not None:  # rows its WHERE drops are not written (filtered_rows)
             df = df.observe(OBSERVED, F.count(F.lit(1)).alias("written"))
+        elif plan.reader.format == streamsread.FORMAT:  # a row is a row group: count its rows
+            df = df.observe(OBSERVED, F.sum(streamsread.COUNT_COLUMN).alias(OBSERVED_ROWS))
         writer = (
             self._to_writer(df, plan)
             .option("checkpointLocation", plan.checkpoint)
@@ -244,6 +261,10 @@ class Engine:
         # an unread file's dead letter stands for no input row: it is not counted as one
         if plan.deadletter_path and plan.reader.corrupt_column:
             self._dead[(plan.connector, batch_id)] = rows.get(plan.deadletter_path, 0)
+        if SCHEMAS_OPTION in plan.reader.options:
+            dead = rows.get(plan.deadletter_path, 0) if plan.deadletter_path else 0
+            self._dead[(plan.connector, batch_id)] = dead
+            self._packed[(plan.connector, batch_id)] = sum(rows.values()) - dead
 
     def _read(self, spark, plan: Plan):
         r = plan.reader
@@ -335,10 +356,11 @@ class Engine:
                 return
             self._reported[run] = p.batchId
         dead = self._dead.pop((name, p.batchId), 0)  # a source's, from its stream writer
+        rows = self._packed.pop((name, p.batchId), None)
         if plan.kind == "sink" and plan.deadletter_path:  # a database sink's, from its stream
             dead = rejected_rows(plan, p.batchId)
-        reader = plan.reader
-        self.on_progress(name, progress_row(p, reader.lag_field, dead, reader.lag_bytes_field))
+        r = plan.reader
+        self.on_progress(name, progress_row(p, r.lag_field, dead, r.lag_bytes_field, rows))
 
     def _flush_progress(self, query) -> None:
         for p in query.recentProgress:

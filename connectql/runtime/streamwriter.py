@@ -7,19 +7,22 @@ connectors can write one stream, and one batch can feed two streams (rows and de
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import shutil
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark import TaskContext
 
 from connectql.catalog.streams import append_files, append_table, committed_files
-from connectql.connectors.multitable import by_table
+from connectql.connectors.multitable import ONE_KEY, ROWS_COLUMN, by_table
 from connectql.errors import PermanentError, SchemaEvolved, cause
 from connectql.errortext import short_error
 
@@ -124,7 +127,9 @@ class StreamWriter:
             df = df.persist()
         try:
             counts = {}
-            if tables:
+            if [o.table for o in tables] == [ONE_KEY]:  # one table's packed rows
+                counts[tables[0].path] = self._write_chunks(tables[0], df, batch_id)
+            elif tables:
                 rows = by_table(df.toArrow())
                 for o in tables:
                     counts[o.path] = self._append(o, rows.get(o.table), batch_id)
@@ -164,6 +169,68 @@ class StreamWriter:
         self._done[out.path].add(batch_id)
         shutil.rmtree(staging, ignore_errors=True)
         return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+    def _write_chunks(self, out: Output, df, batch_id: int) -> int:
+        """Write and commit one table's packed rows (multitable.pack): each task writes the
+        chunks it reads into a file of its own, so Spark moves chunks, not rows, and no task
+        holds more than a chunk."""
+        stream = Path(out.path)
+        staging = stream / "_staging" / f"{self.wid}-b{batch_id}"
+        shutil.rmtree(staging, ignore_errors=True)
+        write = functools.partial(write_chunks, str(staging))
+        done = sorted((r.part, r.rows) for r in df.mapInArrow(write, WRITTEN_DDL).collect())
+        files = []
+        for part, _rows in (d for d in done if d[1]):
+            target = stream / f"{self.wid}-b{batch_id}-{len(files)}.parquet"
+            (staging / chunk_file(part)).replace(target)
+            files.append(target)
+        if files:
+            append_files(stream, files)
+        self._done[out.path].add(batch_id)
+        shutil.rmtree(staging, ignore_errors=True)
+        return sum(rows for _part, rows in done)
+
+
+WRITTEN_DDL = "part INT, rows BIGINT"  # what write_chunks tells of each task
+
+
+def chunk_file(part: int) -> str:
+    return f"part-{part:05d}.parquet"
+
+
+def write_chunks(staging: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """In a Spark task: the packed chunks of one table's rows written into one Parquet file of
+    `staging`, a row group per chunk; yields (partition, rows written)."""
+    part = TaskContext.get().partitionId()
+    path = Path(staging) / chunk_file(part)
+    writer, rows = None, 0
+    try:
+        for rb in batches:
+            blobs = rb.column(ROWS_COLUMN)
+            for i in range(len(blobs)):
+                table = pa.ipc.open_stream(blobs[i].as_buffer()).read_all()
+                if writer is None:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    int96 = spark_int96(table.schema)
+                    writer = pq.ParquetWriter(
+                        path, table.schema, use_deprecated_int96_timestamps=int96
+                    )
+                writer.write_table(table, row_group_size=max(1, table.num_rows))
+                rows += table.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    yield pa.RecordBatch.from_pydict({"part": [part], "rows": [rows]}, WRITTEN_SCHEMA)
+
+
+def spark_int96(schema: pa.Schema) -> bool:
+    """Whether a file of these columns is written with INT96 timestamps, as Spark writes its
+    TIMESTAMP columns (readers such as DuckDB then read the same values from either writer's
+    files). A schema with both kinds of timestamps is not packed (see worker._packed)."""
+    return "tz=" in str(schema.types)
+
+
+WRITTEN_SCHEMA = pa.schema([("part", pa.int32()), ("rows", pa.int64())])
 
 
 def _selected(out: Output, df, batch_id: int):

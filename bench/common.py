@@ -243,9 +243,14 @@ def progress_listener():
         def onQueryTerminated(self, event):  # noqa: N802
             pass
 
+        rows_of: Callable[[str, int], int | None] | None = None  # a batch's rows, as counted
+
         def of(self, name: str, since: float = 0.0, until: float = float("inf")) -> list[Batch]:
             with self.lock:
-                return [b for b in self.batches.get(name, []) if since <= b.start < until]
+                found = [b for b in self.batches.get(name, []) if since <= b.start < until]
+            for b in found if self.rows_of else ():  # Spark counts a packed source's chunks
+                b.rows = self.rows_of(name, b.batch_id) or b.rows
+            return found
 
         def wait_rows(self, name: str, rows: int, timeout: float = 15.0) -> None:
             """The listener bus runs behind the queries: wait until it has seen `rows` rows."""
@@ -351,8 +356,15 @@ class Connectql:
         spark = self.worker.engine.spark
         self.session_s = time.perf_counter() - t0
         self.listener = progress_listener()
+        self.listener.rows_of = self.batch_rows
         spark.streams.addListener(self.listener)
         self.phases: dict[str, list[Phase]] = {}
+
+    def batch_rows(self, name: str, batch_id: int) -> int | None:
+        """A batch's rows as the catalog counted them (None: not recorded yet)."""
+        sql = "SELECT input_rows FROM connector_metrics WHERE connector = ? AND batch_id = ?"
+        rows = self.worker.catalog.read(sql, [name, batch_id], figures=True)[1]
+        return rows[0][0] if rows else None
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -213,7 +213,10 @@ def write_chunks(staging: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
                     path.parent.mkdir(parents=True, exist_ok=True)
                     int96 = spark_int96(table.schema)
                     writer = pq.ParquetWriter(
-                        path, table.schema, use_deprecated_int96_timestamps=int96
+                        path,
+                        table.schema,
+                        use_deprecated_int96_timestamps=int96,
+                        **SPARK_LIKE,
                     )
                 writer.write_table(table, row_group_size=max(1, table.num_rows))
                 rows += table.num_rows
@@ -230,6 +233,9 @@ def spark_int96(schema: pa.Schema) -> bool:
     return "tz=" in str(schema.types)
 
 
+# written as Spark writes a stream's files, which its readers then read fastest: decimals as
+# integers; no dictionary, which a table's many distinct values only fill and then abandon
+SPARK_LIKE = {"use_dictionary": False, "store_decimal_as_integer": True}
 WRITTEN_SCHEMA = pa.schema([("part", pa.int32()), ("rows", pa.int64())])
 
 

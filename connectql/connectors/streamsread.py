@@ -164,7 +164,7 @@ def split_groups(work: list, tasks: int) -> list[Files]:
     for name, files in work:
         for path, _all in files:
             try:
-                sizes = [g.num_rows for g in _groups_of(path)]
+                sizes = _group_rows(path)
             except FileNotFoundError:  # gone (retention): its read skips it
                 sizes = [0]
             groups += [(name, path, i, n) for i, n in enumerate(sizes)]
@@ -180,9 +180,10 @@ def split_groups(work: list, tasks: int) -> list[Files]:
     return [Files(_nested(run)) for run in runs if run]
 
 
-def _groups_of(path: str):
+def _group_rows(path: str) -> list[int]:
+    """The rows of each row group of a Parquet file, from its footer."""
     meta = pq.read_metadata(path)
-    return [meta.row_group(i) for i in range(meta.num_row_groups)]
+    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
 
 
 def _nested(run: list) -> tuple:

@@ -154,40 +154,40 @@ class StreamWriter:
 
     def _write(self, out: Output, df, batch_id: int) -> int:
         """Write and commit one output; returns the rows committed."""
-        stream = Path(out.path)
-        staging = stream / "_staging" / f"{self.wid}-b{batch_id}"
+        staging = self._staging(out, batch_id)
         df.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(
             str(staging)
         )
+        files = self._commit(out, sorted(staging.glob("part-*.parquet")), batch_id)
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+    def _staging(self, out: Output, batch_id: int) -> Path:
+        return Path(out.path) / "_staging" / f"{self.wid}-b{batch_id}"
+
+    def _commit(self, out: Output, staged: list[Path], batch_id: int) -> list[Path]:
+        """Move a batch's staged files (in order) into the stream and commit them; returns
+        the stream's new files."""
+        stream = Path(out.path)
         files = []
-        for i, part in enumerate(sorted(staging.glob("part-*.parquet"))):
+        for i, part in enumerate(staged):
             target = stream / f"{self.wid}-b{batch_id}-{i}.parquet"
             part.replace(target)
             files.append(target)
         if files:
             append_files(stream, files)
         self._done[out.path].add(batch_id)
-        shutil.rmtree(staging, ignore_errors=True)
-        return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        shutil.rmtree(self._staging(out, batch_id), ignore_errors=True)
+        return files
 
     def _write_chunks(self, out: Output, df, batch_id: int) -> int:
         """Write and commit one table's packed rows (multitable.pack): each task writes the
         chunks it reads into a file of its own, so Spark moves chunks, not rows, and no task
         holds more than a chunk."""
-        stream = Path(out.path)
-        staging = stream / "_staging" / f"{self.wid}-b{batch_id}"
-        shutil.rmtree(staging, ignore_errors=True)
+        staging = self._staging(out, batch_id)
+        shutil.rmtree(staging, ignore_errors=True)  # a failed attempt's files
         write = functools.partial(write_chunks, str(staging))
         done = sorted((r.part, r.rows) for r in df.mapInArrow(write, WRITTEN_DDL).collect())
-        files = []
-        for part, _rows in (d for d in done if d[1]):
-            target = stream / f"{self.wid}-b{batch_id}-{len(files)}.parquet"
-            (staging / chunk_file(part)).replace(target)
-            files.append(target)
-        if files:
-            append_files(stream, files)
-        self._done[out.path].add(batch_id)
-        shutil.rmtree(staging, ignore_errors=True)
+        self._commit(out, [staging / chunk_file(part) for part, rows in done if rows], batch_id)
         return sum(rows for _part, rows in done)
 
 
@@ -230,7 +230,13 @@ def spark_int96(schema: pa.Schema) -> bool:
     """Whether a file of these columns is written with INT96 timestamps, as Spark writes its
     TIMESTAMP columns (readers such as DuckDB then read the same values from either writer's
     files). A schema with both kinds of timestamps is not packed (see worker._packed)."""
-    return "tz=" in str(schema.types)
+    return any(_has_tz(t) for t in schema.types)
+
+
+def _has_tz(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t):
+        return t.tz is not None
+    return any(_has_tz(t.field(i).type) for i in range(t.num_fields))
 
 
 # written as Spark writes a stream's files, which its readers then read fastest: decimals as

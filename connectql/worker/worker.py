@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    MapType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from connectql.catalog import states
 from connectql.catalog.query import run_select
@@ -686,7 +692,21 @@ def _packed(plan: Plan) -> Plan:
     if plan.kind != "source" or not r.packs or r.corrupt_column or plan.table_paths:
         return plan
     struct = StructType.fromDDL(r.schema)
-    kinds = set(re.findall(r'[tT]ype":"(timestamp|timestamp_ntz)"', struct.json()))
-    if len(kinds) > 1:  # Spark writes each kind its own way; pyarrow writes one for all
+    if len(_timestamp_kinds(struct)) > 1:  # Spark writes each its own way; pyarrow one for all
         return plan
     return replace(plan, reader=packed_one(r, struct))
+
+
+def _timestamp_kinds(t: DataType) -> set[type]:
+    """The kinds of timestamp (TIMESTAMP, TIMESTAMP_NTZ) in a type, nested ones too."""
+    if isinstance(t, (TimestampType, TimestampNTZType)):
+        return {type(t)}
+    if isinstance(t, StructType):
+        inner = [f.dataType for f in t.fields]
+    elif isinstance(t, ArrayType):
+        inner = [t.elementType]
+    elif isinstance(t, MapType):
+        inner = [t.keyType, t.valueType]
+    else:
+        inner = []
+    return set().union(*map(_timestamp_kinds, inner))

@@ -3,6 +3,7 @@ check after every test that it left no signal handler and no thread behind."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -42,11 +43,34 @@ def _threads_left(before: set, grace: float = 5.0) -> list[str]:
         time.sleep(0.05)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_jvm_archive():
+    """Every connectql process of the suite shares the user's JVM class archive, also those
+    that run with a HOME of their own (tests/test_shell.py)."""
+    if "CONNECTQL_CACHE_DIR" in os.environ:
+        yield
+        return
+    from connectql.runtime.jvmarchive import cache_root
+
+    os.environ["CONNECTQL_CACHE_DIR"] = cache_root()
+    yield
+    del os.environ["CONNECTQL_CACHE_DIR"]
+
+
 @pytest.fixture(scope="session")
 def spark():
+    """The suite's SparkSession: it reads the JVM's class archive but leaves writing one to the
+    short connectql processes the tests start (a writer's archive appears only when it ends)."""
     from connectql.runtime.session import get_session, stop_session
 
-    yield get_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+    mode = os.environ.get("CONNECTQL_JVM_ARCHIVE")
+    os.environ["CONNECTQL_JVM_ARCHIVE"] = mode or "use"
+    try:
+        session = get_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+    finally:
+        if mode is None:
+            del os.environ["CONNECTQL_JVM_ARCHIVE"]
+    yield session
     stop_session()
 
 

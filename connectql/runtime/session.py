@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from connectql.runtime import jvmarchive
 from connectql.runtime.logs import scrubbed_pipe
 
 DEFAULTS = {
@@ -113,6 +114,7 @@ def get_session(settings: dict[str, str] | None = None):
             from pyspark.sql import SparkSession
 
             conf = {**DEFAULTS, **(settings or {}), "spark.master": master_of(settings)}
+            conf = jvmarchive.with_options(conf, jvmarchive.plan(conf))
             builder = SparkSession.builder
             for key, value in conf.items():
                 builder = builder.config(key, value)

@@ -42,17 +42,36 @@ def test_the_first_jvm_writes_the_archive_and_the_next_maps_it(cache):
     assert not archive.writing.exists()
 
 
+def gone_writer(*files) -> list:
+    """`files` as written by a process that has ended, a long time ago."""
+    pid = subprocess.Popen(["true"])
+    pid.wait()
+    moved = []
+    for f in files:
+        moved.append(f.rename(f.with_name(f.name.replace(f".{os.getpid()}.", f".{pid.pid}."))))
+        os.utime(moved[-1], (0, 0))
+    return moved
+
+
 def test_a_truncated_file_never_becomes_the_archive(cache):
     archive = write_archive(cache)
     size = archive.writing.stat().st_size
     with open(archive.writing, "r+b") as f:
         f.truncate(size - 4096)  # its log says written whole: a crash of the disk, or of a copy
-    os.utime(archive.writing, (0, 0))
-    os.utime(archive.writing.with_suffix(".log"), (0, 0))
+    part, log = gone_writer(archive.writing, archive.writing.with_suffix(".log"))
     again = jvmarchive.plan({})
     assert again.writing is not None, "a new writer, since the old file was not whole"
-    assert not archive.writing.exists(), "a stale unfinished file is removed"
+    assert not part.exists() and not log.exists(), "a gone writer's unfinished files are removed"
     assert list(cache.glob("*.jsa")) == []
+
+
+def test_a_jvm_killed_before_writing_leaves_nothing_for_long(cache):
+    writing = jvmarchive.plan({}).writing
+    log = writing.with_suffix(".log")
+    log.write_text("[0.1s][info][cds] started\n")  # the JVM opens its log when it starts
+    (log,) = gone_writer(log)
+    assert jvmarchive.plan({}).writing is not None
+    assert not log.exists()
 
 
 def test_a_writer_at_work_is_left_to_finish(cache):

@@ -71,19 +71,26 @@ def _log(part: Path) -> Path:
 
 
 def _promote(path: Path) -> bool:
-    """Whether a writer's file, written whole, became the archive; gone writers' unfinished
-    files are cleared on the way."""
-    for part in sorted(path.parent.glob(f"{path.name}.*.part")):
-        with contextlib.suppress(OSError):
-            if _whole(part):
+    """Whether a writer's file, written whole, became the archive; the files of writers that
+    are gone (a JVM killed before or while writing) are cleared on the way."""
+    for log in sorted(path.parent.glob(f"{path.name}.*.log")):
+        part = log.with_suffix(".part")
+        with contextlib.suppress(OSError, ValueError):
+            if part.exists() and _whole(part):
                 os.replace(part, path)
-                _log(part).unlink(missing_ok=True)
+                log.unlink()
                 _prune(path.parent)
                 return True
-            if time.time() - max(part.stat().st_mtime, _mtime(_log(part))) > STALE_S:
-                part.unlink()
-                _log(part).unlink(missing_ok=True)
+            idle = time.time() - max(_mtime(part), _mtime(log))
+            if idle > STALE_S and not _alive(_writer(log)):
+                part.unlink(missing_ok=True)
+                log.unlink()
     return path.exists()
+
+
+def _writer(log: Path) -> int:
+    """The pid of the process whose JVM writes the archive `log` tells of."""
+    return int(log.suffixes[-2].lstrip("."))
 
 
 def _whole(part: Path) -> bool:
@@ -99,7 +106,7 @@ def _busy(path: Path) -> bool:
     """Whether another process is writing this archive: its log changed lately, or it lives."""
     for log in path.parent.glob(f"{path.name}.*.log"):
         with contextlib.suppress(OSError, ValueError):
-            pid = int(log.suffixes[-2].lstrip("."))
+            pid = _writer(log)
             if pid != os.getpid() and (_alive(pid) or time.time() - _mtime(log) < BUSY_S):
                 return True
     return False

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import threading
+import time
 
 import duckdb
 import pytest
@@ -287,3 +288,26 @@ def test_a_threads_cursor_goes_with_the_thread(cat):
         reader.join()
     gc.collect()
     assert len(cat._cursors) == 0
+
+
+def test_close_interrupts_a_read_another_thread_is_making(tmp_path):
+    """An API request reading the catalog while the worker closes it: the read is interrupted
+    and the close goes through (DuckDB refuses to close a cursor that is busy)."""
+    cat = Catalog(tmp_path / "catalog.duckdb")
+    started, ended = threading.Event(), []
+
+    def long_read():
+        started.set()
+        try:
+            cat.read("SELECT count(*) FROM range(100000000000) a", memo=False)
+            ended.append("finished")
+        except BaseException as e:  # interrupted: DuckDB's error, or KeyboardInterrupt
+            ended.append(type(e).__name__)
+
+    reader = threading.Thread(target=long_read)
+    reader.start()
+    started.wait(5)
+    time.sleep(0.5)  # the read is under way in DuckDB
+    cat.close()
+    reader.join(10)
+    assert not reader.is_alive() and ended and ended != ["finished"], ended

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -145,6 +146,25 @@ class _Interruptible:
         return getattr(self._con, name)
 
 
+CLOSE_WAIT_S = 5.0  # a read on another thread that Catalog.close interrupts ends within this
+
+
+def _close_cursor(cur) -> None:
+    """Close a read() cursor; one that another thread is reading through at that moment (an API
+    request while the worker closes: DuckDB refuses to close it) is interrupted first."""
+    deadline = time.monotonic() + CLOSE_WAIT_S
+    while True:
+        try:
+            cur.close()
+            return
+        except duckdb.ResourceInUseException:
+            if time.monotonic() > deadline:
+                raise
+            with contextlib.suppress(duckdb.Error):
+                cur.interrupt()
+            time.sleep(0.01)
+
+
 def _result(cur) -> tuple[list[str], list[tuple]]:
     """A statement's column names and rows."""
     return [d[0] for d in cur.description] if cur.description else [], cur.fetchall()
@@ -215,7 +235,7 @@ class Catalog:
     def close(self) -> None:
         with self.lock:
             for cur in list(self._cursors):
-                cur.close()
+                _close_cursor(cur)
             self.con.close()
 
     def fence(self, why: str) -> None:

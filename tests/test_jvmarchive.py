@@ -103,3 +103,14 @@ def test_the_options_follow_those_given():
         "-Dx=1 -XX:SharedArchiveFile=/c/a.jsa"
     )
     assert jvmarchive.with_options(conf, None) is conf
+
+
+def test_what_a_gone_writer_left_beside_an_archive_is_cleared(cache):
+    write_archive(cache)
+    late = jvmarchive.plan({})  # reads the archive; a killed writer's log lies beside it
+    assert late.writing is None
+    log = cache / f"{next(cache.glob('*.jsa')).name}.{os.getpid()}.log"
+    log.write_text("[0.1s][info][cds] started\n")
+    (log,) = gone_writer(log)
+    assert "SharedArchiveFile" in jvmarchive.plan({}).options
+    assert not log.exists()

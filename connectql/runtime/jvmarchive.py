@@ -49,7 +49,7 @@ def plan(conf: dict[str, str]) -> Archive | None:
     path = folder / f"spark-{_key(conf)}.jsa"
     if re.search(r"[\s'\"\\]", str(path)):
         return None
-    if path.exists() or _promote(path):
+    if _promote(path):  # also clears what gone writers left beside an archive
         return Archive(f"-XX:SharedArchiveFile={path} {QUIET}")
     if mode == "use" or _busy(path):
         return None
@@ -71,8 +71,8 @@ def _log(part: Path) -> Path:
 
 
 def _promote(path: Path) -> bool:
-    """Whether a writer's file, written whole, became the archive; the files of writers that
-    are gone (a JVM killed before or while writing) are cleared on the way."""
+    """Whether the archive is there (a writer's file written whole becomes it); the files of
+    writers that are gone (a JVM killed before or while writing) are cleared on the way."""
     for log in sorted(path.parent.glob(f"{path.name}.*.log")):
         part = log.with_suffix(".part")
         with contextlib.suppress(OSError, ValueError):

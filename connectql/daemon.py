@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from connectql.errors import ConnectQLError
+from connectql.processes import alive
 from connectql.worker.home import held_by, is_held, read_address
 
 LOG_FILE = "server.log"
@@ -83,22 +84,13 @@ def stop(home: Path, timeout: float) -> int:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid) and not is_held(home):
+        if not alive(pid) and not is_held(home):
             return pid
         time.sleep(0.2)
     raise ConnectQLError(
         f"the server (pid {pid}) did not stop within {timeout:.0f} s; `kill -9 {pid}` loses"
         " nothing committed (its connectors resume from their checkpoints on the next start)"
     )
-
-
-def _alive(pid: int) -> bool:
-    """Whether the process runs (a zombie waiting for its parent to reap it does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def tail(path: Path, lines: int = 20) -> str:

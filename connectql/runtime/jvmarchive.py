@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from connectql.processes import alive
+
 FORMAT = "1"  # bumped when the options below change what an archive holds
 QUIET = "-Xlog:cds*=off"  # the JVM's notes on classes it skips go to stdout otherwise
 BUSY_S = 60.0  # a writer whose log changed this recently may still be writing
@@ -54,7 +56,7 @@ def plan(conf: dict[str, str]) -> Archive | None:
     if mode == "use" or _busy(path):
         return None
     writing = path.with_name(f"{path.name}.{os.getpid()}.part")
-    log = f"-Xlog:cds=info,cds+dynamic=info:file={_log(writing)}"
+    log = f"-Xlog:cds=info,cds+dynamic=info:file={writing.with_suffix('.log')}"
     return Archive(f"-XX:ArchiveClassesAtExit={writing} {QUIET} {log}", writing)
 
 
@@ -66,23 +68,19 @@ def with_options(conf: dict[str, str], archive: Archive | None) -> dict[str, str
     return {**conf, "spark.driver.extraJavaOptions": f"{given} {archive.options}".strip()}
 
 
-def _log(part: Path) -> Path:
-    return part.with_suffix(".log")
-
-
 def _promote(path: Path) -> bool:
     """Whether the archive is there (a writer's file written whole becomes it); the files of
     writers that are gone (a JVM killed before or while writing) are cleared on the way."""
     for log in sorted(path.parent.glob(f"{path.name}.*.log")):
         part = log.with_suffix(".part")
         with contextlib.suppress(OSError, ValueError):
-            if part.exists() and _whole(part):
+            if part.exists() and _whole(part, log):
                 os.replace(part, path)
                 log.unlink()
                 _prune(path.parent)
                 return True
             idle = time.time() - max(_mtime(part), _mtime(log))
-            if idle > STALE_S and not _alive(_writer(log)):
+            if idle > STALE_S and not alive(_writer(log)):
                 part.unlink(missing_ok=True)
                 log.unlink()
     return path.exists()
@@ -93,9 +91,9 @@ def _writer(log: Path) -> int:
     return int(log.suffixes[-2].lstrip("."))
 
 
-def _whole(part: Path) -> bool:
-    """Whether the JVM's log says it finished `part` and the file holds every region it logged."""
-    text = _log(part).read_text(errors="replace")
+def _whole(part: Path, log: Path) -> bool:
+    """Whether the JVM's `log` says it finished `part` and the file holds every region logged."""
+    text = log.read_text(errors="replace")
     if not WRITTEN.search(text):
         return False
     ends = [int(offset, 16) + int(size) for size, offset in REGION.findall(text)]
@@ -107,7 +105,7 @@ def _busy(path: Path) -> bool:
     for log in path.parent.glob(f"{path.name}.*.log"):
         with contextlib.suppress(OSError, ValueError):
             pid = _writer(log)
-            if pid != os.getpid() and (_alive(pid) or time.time() - _mtime(log) < BUSY_S):
+            if pid != os.getpid() and (alive(pid) or time.time() - _mtime(log) < BUSY_S):
                 return True
     return False
 
@@ -170,13 +168,3 @@ def _prune(folder: Path) -> None:
     for old in archives[KEEP:]:
         with contextlib.suppress(OSError):
             old.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -103,6 +103,40 @@ def dead_letters(records: list[dict], schema: StructType) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [pa.array(values.get(f.name, [None] * n), f.type) for f in target], schema=target
     )
+
+
+class Changes:
+    """The change rows of several tables (`rows`: a ChangeRows by table), and the changes that
+    cannot be read: each fails the read with `fail(table, message, hint)` (default: a
+    ConnectQLError), or when `tolerant` becomes a dead letter, yielded after every table's rows
+    as (DEAD_LETTERS, rows)."""
+
+    def __init__(self, rows: dict[str, ChangeRows], tolerant: bool = False, fail=None):
+        self.rows, self.tolerant, self.fail = rows, tolerant, fail or cannot_read
+        self.dead: list[dict] = []
+
+    def add(self, table: str, op, values, before, meta, types, poison) -> None:
+        """One change of `table` (ChangeRows.add); `poison(error)`: the dead-letter record of
+        a change that cannot be read, with its 'table' and 'error_message'."""
+        try:
+            self.rows[table].add(op, values, before, meta, types)
+        except UNREADABLE as e:
+            self.unreadable(poison(e))
+
+    def unreadable(self, record: dict) -> None:
+        """A change that cannot be read, as its dead-letter record: fail, or keep it."""
+        if not self.tolerant:
+            raise self.fail(record["table"], record["error_message"], CANNOT_READ) from None
+        self.dead.append(record)
+
+    def batches(self, schema: StructType) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """(table, change rows) of each table that changed, then the dead letters (`schema`:
+        any of the tables' stream schemas: only its change-data columns are used)."""
+        for table, built in self.rows.items():
+            if built.count:
+                yield table, built.batch()
+        if self.dead:
+            yield DEAD_LETTERS, dead_letters(self.dead, schema)
 
 
 def with_snapshot_columns(

@@ -166,3 +166,8 @@ def reader_spec(
         corrupt_column=DEAD_LETTER_COLUMN if tolerant and not cfg.patterns else None,
         packs=not cfg.patterns,
     )
+
+
+def count_sql(cfg, tables: list[str]) -> str:
+    """One statement counting the rows of `tables` of a source (a row per table)."""
+    return " UNION ALL ".join(f"SELECT count(*) FROM {cfg.for_table(t).relation()}" for t in tables)

@@ -15,6 +15,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import pyarrow as pa
 import pymysql
@@ -35,14 +36,7 @@ from pymysqlreplication.row_event import (
 )
 from pyspark.sql.types import StructType
 
-from connectql.connectors.changerows import (
-    CANNOT_READ,
-    DEAD_LETTERS,
-    UNREADABLE,
-    ChangeRows,
-    cannot_read,
-    dead_letters,
-)
+from connectql.connectors.changerows import ChangeRows, Changes
 from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.mysql.client import (
     bounded_connect,
@@ -367,39 +361,33 @@ def read_changes(
     ConnectQLError), naming its table and position, or when `tolerant` is one of the dead
     letters yielded last as (DEAD_LETTERS, rows)."""
     cfg = walker.cfg
-    rows = {
-        t: ChangeRows(schemas[t], keys[t], f"{cfg.schema}.{t}", cfg.schema_change, _value)
-        for t in schemas
-    }
+    changes = Changes(
+        {
+            t: ChangeRows(schemas[t], keys[t], f"{cfg.schema}.{t}", cfg.schema_change, _value)
+            for t in schemas
+        },
+        tolerant,
+        fail,
+    )
     cfgs = {t: cfg.for_table(t) for t in schemas}
-    end, dead = order(part.log_to), []
+    end = order(part.log_to)
     for txn in walker.transactions(part.log_from, conn):
         if order(txn.end) > end:
             break
         types = {t: {c.name: c.column_type for c in walker.columns[t]} for t in schemas}
         for seq, (table, op, values, before) in enumerate(txn.changes, start=1):
-            if table not in rows:  # a table stopped (TableFailed)
+            if table not in changes.rows:  # a table stopped (TableFailed)
                 continue
             meta = {"__ts_ms": txn.ts_ms, "__pos": text_pos(txn.end, seq)}
             meta["__source"] = source(cfgs[table], False, **txn.end, gtid=txn.gtid)
-            try:
-                if op == POISON:
-                    raise values["error"]
-                rows[table].add(op, values, before, meta, types[table])
-            except UNREADABLE as e:
-                record = _poison(cfg, table, op, values, txn, meta, e)
-                if not tolerant:
-                    raise (fail or cannot_read)(
-                        table, record["error_message"], CANNOT_READ
-                    ) from None
-                dead.append(record)
+            poison = partial(_poison, cfg, table, op, values, txn, meta)
+            if op == POISON:  # the walker could not decode it
+                changes.unreadable(poison(values["error"]))
+            else:
+                changes.add(table, op, values, before, meta, types[table], poison)
         if order(txn.end) == end:
             break
-    for table, built in rows.items():
-        if built.count:
-            yield table, built.batch()
-    if dead:
-        yield DEAD_LETTERS, dead_letters(dead, next(iter(schemas.values())))
+    yield from changes.batches(next(iter(schemas.values())))
 
 
 def _poison(cfg, table: str, op: str, values: dict, txn: Txn, meta: dict, e: Exception) -> dict:

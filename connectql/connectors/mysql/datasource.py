@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource
-from pyspark.sql.types import StructType
+from connectql.connectors.tabledatasource import TableDataSource
 
 FORMAT = "connectql_mysql"
 
 
-class MysqlDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def streamWriter(self, schema: StructType, overwrite: bool):  # noqa: N802 (Spark's name)
-        from connectql.connectors.mysql.sink import MysqlStreamWriter, MysqlTarget
-        from connectql.connectors.routed import ROUTES_OPTION, RoutedWriter
-
-        if ROUTES_OPTION in self.options:  # several streams (option streams)
-            return RoutedWriter(MysqlTarget, self.options)
-        return MysqlStreamWriter(schema, self.options)
-
-    def streamReader(self, schema: StructType):  # noqa: N802
-        from connectql.connectors.mysql.source import MysqlStreamReader
-
-        return MysqlStreamReader(schema, self.options)
+class MysqlDataSource(TableDataSource):
+    format = FORMAT
+    reader = "connectql.connectors.mysql.source:MysqlStreamReader"
+    writer = "connectql.connectors.mysql.sink:MysqlStreamWriter"
+    target = "connectql.connectors.mysql.sink:MysqlTarget"

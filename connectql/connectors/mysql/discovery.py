@@ -3,8 +3,9 @@ and the tables allow change-data capture (above tables, binlog and keyless, whic
 
 from __future__ import annotations
 
+from connectql.connectors.dbsource import count_sql
 from connectql.connectors.mysql.binlog import check_replication
-from connectql.connectors.mysql.client import connect
+from connectql.connectors.mysql.client import connect, query
 from connectql.connectors.mysql.keyless import check_supported
 from connectql.connectors.mysql.tables import (
     check_binlog,
@@ -31,3 +32,9 @@ def discover(cfg, cdc: bool, where: str) -> list[Table]:
             if cdc and not one.query and not found[-1].key:
                 check_supported(conn, found[-1].qualified, where)
         return found
+
+
+def count(cfg, where: str) -> int:
+    """At CREATE of a cdc source: the rows its snapshot reads (progress)."""
+    with connect(cfg.connection) as conn:
+        return sum(int(n) for (n,) in query(conn, count_sql(cfg, tables_of(conn, cfg, where))))

@@ -12,23 +12,7 @@ import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    ByteType,
-    DataType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    TimestampNTZType,
-    TimestampType,
-)
+from pyspark.sql import types as T
 
 from connectql.connectors import declared
 from connectql.connectors.mysql.types import BINARY_TYPES, GEOMETRY_TYPES, Column, spark_type
@@ -40,35 +24,43 @@ KEY_BINARY = "VARBINARY(255)"
 STAGE_TEXT = "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 
 _TYPES = [
-    (BooleanType, "BOOLEAN"),
-    (ByteType, "TINYINT"),
-    (ShortType, "SMALLINT"),
-    (IntegerType, "INT"),
-    (LongType, "BIGINT"),
-    (FloatType, "FLOAT"),
-    (DoubleType, "DOUBLE"),
-    (StringType, "LONGTEXT"),
-    (BinaryType, "LONGBLOB"),
-    (DateType, "DATE"),
-    (TimestampNTZType, "DATETIME(6)"),
-    (TimestampType, "DATETIME(6)"),
+    (T.BooleanType, "BOOLEAN"),
+    (T.ByteType, "TINYINT"),
+    (T.ShortType, "SMALLINT"),
+    (T.IntegerType, "INT"),
+    (T.LongType, "BIGINT"),
+    (T.FloatType, "FLOAT"),
+    (T.DoubleType, "DOUBLE"),
+    (T.StringType, "LONGTEXT"),
+    (T.BinaryType, "LONGBLOB"),
+    (T.DateType, "DATE"),
+    (T.TimestampNTZType, "DATETIME(6)"),
+    (T.TimestampType, "DATETIME(6)"),
 ]
 # array elements that have a JSON form as they are
-_JSON_ELEMENTS = (BooleanType, ByteType, ShortType, IntegerType, LongType, DoubleType, StringType)
+_JSON_ELEMENTS = (
+    T.BooleanType,
+    T.ByteType,
+    T.ShortType,
+    T.IntegerType,
+    T.LongType,
+    T.DoubleType,
+    T.StringType,
+)
 
 
-def mysql_type(dtype: DataType, key: bool = False, stage: bool = False) -> str | None:
+def mysql_type(dtype: T.DataType, key: bool = False, stage: bool = False) -> str | None:
     """The column type the sink creates for a Spark type (of a key column, of a staging
     table's column); None if it has none."""
-    if isinstance(dtype, StringType):
+    if isinstance(dtype, T.StringType):
         return STAGE_TEXT if stage else KEY_TEXT if key else "LONGTEXT"
-    if isinstance(dtype, BinaryType):
+    if isinstance(dtype, T.BinaryType):
         return "LONGBLOB" if stage or not key else KEY_BINARY
-    if isinstance(dtype, ArrayType):
+    if isinstance(dtype, T.ArrayType):
         if not isinstance(dtype.elementType, _JSON_ELEMENTS):
             return None
         return STAGE_TEXT if stage else "JSON"
-    if isinstance(dtype, DecimalType):
+    if isinstance(dtype, T.DecimalType):
         return f"DECIMAL({dtype.precision},{dtype.scale})"
     for spark, mysql in _TYPES:
         if isinstance(dtype, spark):

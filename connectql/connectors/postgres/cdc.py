@@ -9,20 +9,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import psycopg
 import pyarrow as pa
 from psycopg import sql
 from pyspark.sql.types import StructType
 
-from connectql.connectors.changerows import (
-    CANNOT_READ,
-    DEAD_LETTERS,
-    UNREADABLE,
-    ChangeRows,
-    cannot_read,
-    dead_letters,
-)
+from connectql.connectors.changerows import ChangeRows, Changes
 from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.postgres.client import qualified
 from connectql.connectors.postgres.pgoutput import UNCHANGED_TOAST, Begin, Change, Commit, Decoder
@@ -220,35 +214,27 @@ def change_batches(
     table's snapshot already holds that transaction's changes (they are left out). A change
     that cannot be read fails, naming its table and position, or when `tolerant` is one of the
     dead letters yielded last as (DEAD_LETTERS, rows)."""
-    builders = {
-        decoded_name(cfg.schema, t): (
-            cfg.for_table(t),
-            ChangeRows(schemas[t], keys[t], decoded_name(cfg.schema, t), cfg.schema_change, _value),
-        )
-        for t in schemas
-    }
-    dead = []
-    for commit, ts_ms, xid, changes in txns:
-        for seq, change in enumerate(changes, start=1):
-            if change.table in builders and not (seen and seen(change.table, xid)):
-                one, builder = builders[change.table]
+    ones = {decoded_name(cfg.schema, t): cfg.for_table(t) for t in schemas}
+    changes = Changes(
+        {
+            one.table: ChangeRows(
+                schemas[one.table], keys[one.table], name, cfg.schema_change, _value
+            )
+            for name, one in ones.items()
+        },
+        tolerant,
+        fail,
+    )
+    for commit, ts_ms, xid, batch in txns:
+        for seq, change in enumerate(batch, start=1):
+            if change.table in ones and not (seen and seen(change.table, xid)):
+                one = ones[change.table]
                 meta = {"__ts_ms": ts_ms, "__pos": position(commit, seq)}
                 meta["__source"] = _source(one, False, commit_lsn=lsn_text(commit), xid=xid)
                 values, before, meta["__unchanged"] = _untoasted(change)
-                try:
-                    builder.add(change.op, values, before, meta, change.types)
-                except UNREADABLE as e:
-                    record = _poison(one, change, commit, meta, e)
-                    if not tolerant:
-                        raise (fail or cannot_read)(
-                            one.table, record["error_message"], CANNOT_READ
-                        ) from None
-                    dead.append(record)
-    for one, builder in builders.values():
-        if builder.count:
-            yield one.table, builder.batch()
-    if dead:
-        yield DEAD_LETTERS, dead_letters(dead, next(iter(schemas.values())))
+                poison = partial(_poison, one, change, commit, meta)
+                changes.add(one.table, change.op, values, before, meta, change.types, poison)
+    yield from changes.batches(next(iter(schemas.values())))
 
 
 def _poison(cfg, change: Change, commit: int, meta: dict, e: Exception) -> dict:

@@ -4,86 +4,48 @@ from __future__ import annotations
 
 from typing import Any
 
+from connectql.connectors import dbplugin
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.bounds import BOUND_OPTIONS
-from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
-from connectql.connectors.dbsink import sink_options, writer_spec
-from connectql.connectors.dbsource import (
-    check_source_options,
-    config_fields,
-    reader_spec,
-    source_options,
-    table_place,
-)
 from connectql.connectors.options import Option
 from connectql.connectors.postgres.client import connection_config, split_table
 from connectql.connectors.postgres.datasource import FORMAT
 
-CONNECTION = {
-    o.name: o
-    for o in [
-        Option("host", default="localhost", doc="server host name or address"),
-        Option("port", "int", 5432, doc="server port"),
-        Option("user", doc="role to connect as; absent: the operating-system user"),
-        Option("password", secret=True, doc="the role's password (use SECRET name or ${env:..})"),
-        Option("database", required=True, doc="database to connect to"),
-        Option("schema", default="public", doc="schema of the table(s) when not qualified"),
-    ]
-} | BOUND_OPTIONS
+CONNECTION = dbplugin.connection_options(
+    5432,
+    Option("user", doc="role to connect as; absent: the operating-system user"),
+    dbplugin.password_option("role"),
+    Option("database", required=True, doc="database to connect to"),
+    Option("schema", default="public", doc="schema of the table(s) when not qualified"),
+)
+# the option naming the tables' container, and how a qualified table name splits
+PLACE = ("schema", split_table)
 
-SINK_OPTIONS = {**SINK_COMMON, **CONNECTION, **sink_options("schema.name")}
+SINK_OPTIONS = dbplugin.sink_option_set(CONNECTION, "schema.name")
 
-
-SOURCE_OPTIONS = {
-    **SOURCE_COMMON,
-    **CONNECTION,
-    **source_options("write-ahead log"),
-    **{
-        o.name: o
-        for o in [
-            Option(
-                "slot.name",
-                doc="cdc: logical replication slot, created if absent (dropped by DROP"
-                " CONNECTOR); default connectql_<connector>",
-            ),
-            Option(
-                "heartbeat.interval.ms",
-                "int",
-                30000,
-                doc="cdc: advance the slot this often while no captured table changes, so a"
-                " quiet table does not hold back the server's WAL",
-            ),
-        ]
-    },
-}
+SOURCE_OPTIONS = dbplugin.source_option_set(
+    CONNECTION,
+    "write-ahead log",
+    "cdc: advance the slot this often while no captured table changes, so a quiet table does"
+    " not hold back the server's WAL",
+    Option(
+        "slot.name",
+        doc="cdc: logical replication slot, created if absent (dropped by DROP CONNECTOR);"
+        " default connectql_<connector>",
+    ),
+)
 
 
 def plan_source(opts: dict[str, Any]) -> ReaderSpec:
-    from connectql.connectors.postgres.source import ReaderConfig
-    from connectql.connectors.postgres.tables import discover
+    from connectql.connectors.postgres.tables import count, discover
 
-    where = "postgres source"
-    check_source_options(opts, where)
-    cfg = ReaderConfig(
-        connection=connection_config(opts),
-        **table_place(opts, "schema", split_table, where),
-        slot=opts.get("slot.name") or "",
-        **config_fields(opts),
-    )
-    return reader_spec(
-        FORMAT, cfg, lambda: discover(cfg, cfg.mode == "cdc", where), where, lambda: count(cfg)
-    )
+    def config(**fields):
+        from connectql.connectors.postgres.source import ReaderConfig
 
+        slot = opts.get("slot.name") or ""
+        return ReaderConfig(connection=connection_config(opts), slot=slot, **fields)
 
-def count(cfg) -> int:
-    from connectql.connectors.postgres.client import connect
-    from connectql.connectors.postgres.tables import tables_of
-
-    with connect(cfg.connection, autocommit=True) as conn:
-        return sum(
-            conn.execute(f"SELECT count(*) FROM {cfg.for_table(t).relation()}").fetchone()[0]
-            for t in tables_of(conn, cfg, "postgres source")
-        )
+    return dbplugin.plan_table_source(opts, FORMAT, PLACE, config, discover, count)
 
 
 # DROP waits this long at most on the server for the slot's cleanup (a server that hangs
@@ -126,8 +88,8 @@ def drop_config(opts: dict[str, Any]) -> dict[str, Any]:
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
     from connectql.connectors.postgres.sink import prepare_target
 
-    place = split_table(opts["table"], opts["schema"])
-    return writer_spec(FORMAT, opts, stream, connection_config(opts), place, prepare_target)
+    connection = connection_config(opts)
+    return dbplugin.plan_table_sink(opts, stream, FORMAT, PLACE, connection, prepare_target)
 
 
 PLUGIN = Plugin(

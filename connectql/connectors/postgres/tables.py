@@ -4,6 +4,7 @@ primary key, looked up at CREATE (unsupported types and missing tables are named
 from __future__ import annotations
 
 from connectql.connectors import declared
+from connectql.connectors.dbsource import count_sql
 from connectql.connectors.multitable import matching
 from connectql.connectors.postgres.client import connect
 from connectql.connectors.postgres.types import spark_type
@@ -148,3 +149,10 @@ def describe_query(conn, query: str, where: str) -> Table:
             )
         columns.append((col.name, pg, st))
     return Table("", "query", tuple(columns), ())
+
+
+def count(cfg, where: str) -> int:
+    """At CREATE of a cdc source: the rows its snapshot reads (progress)."""
+    with connect(cfg.connection, autocommit=True) as conn:
+        sql = count_sql(cfg, tables_of(conn, cfg, where))
+        return sum(n for (n,) in conn.execute(sql).fetchall())

@@ -341,10 +341,10 @@ def breakdown(srv: Servers, rows: int) -> list[tuple[str, float, str]]:
         TimestampNTZType,
     )
 
-    from connectql.connectors import polling
     from connectql.connectors.mysql.client import connect, qualified
     from connectql.connectors.mysql.db import RAW, ROWS_PER_ARROW_BATCH, MyDb
     from connectql.connectors.mysql.types import rows_to_arrow
+    from connectql.connectors.relational import polling
 
     steps: list[tuple[str, float, str]] = []
     # 0. the server's side and the client's text output alone

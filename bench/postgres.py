@@ -237,11 +237,11 @@ def breakdown(dbs: Databases, rows: int) -> list[tuple[str, float, str]]:
         TimestampNTZType,
     )
 
-    from connectql.connectors import polling
     from connectql.connectors.postgres.cdc import with_snapshot_columns
     from connectql.connectors.postgres.client import connect
     from connectql.connectors.postgres.db import PgDb
     from connectql.connectors.postgres.types import csv_to_arrow
+    from connectql.connectors.relational import polling
 
     # the stream's schema as the source's discovery gives it for srcdb.orders
     schema = StructType(
@@ -346,10 +346,10 @@ def sink_steps(
     plain INSERT ... SELECT from the staging table into that empty table too."""
     import pyarrow as pa
 
-    from connectql.connectors.dbsink import SEQ_COLUMN, SinkSettings
     from connectql.connectors.postgres.client import connect
     from connectql.connectors.postgres.sink import PgTarget, column_types
     from connectql.connectors.postgres.types import arrow_to_csv
+    from connectql.connectors.relational.sink import SEQ_COLUMN, SinkSettings
 
     tag = f"sink ({label}): " if label else "sink: "
     names = schema.fieldNames()

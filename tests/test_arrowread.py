@@ -9,14 +9,14 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from connectql.connectors import arrowread, polling
-from connectql.connectors.changerows import UNREADABLE
 from connectql.connectors.mysql.client import connect, qualified
 from connectql.connectors.mysql.db import RAW, MyDb
 from connectql.connectors.mysql.types import Column, spark_type
 from connectql.connectors.postgres import types as pgtypes
 from connectql.connectors.postgres.client import connect as pg_connect
 from connectql.connectors.postgres.db import PgDb
+from connectql.connectors.relational import arrowread, polling
+from connectql.connectors.relational.changerows import UNREADABLE
 from tests import test_postgres_values as pgvalues
 from tests.test_mysql import pg_db, plain_db  # noqa: F401 (fixtures)
 from tests.test_mysql_corpus import COLUMNS, ROWS, _insert

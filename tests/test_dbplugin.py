@@ -1,4 +1,4 @@
-"""The database connectors' shared declaration (connectors/dbplugin.py), planned against real
+"""The database connectors' shared declaration (connectors/relational/plugin.py), planned against real
 servers: a cdc source counts the rows its snapshot will read over every table it reads (the
 command line's progress bars), on both databases, and bad input is refused before anything."""
 

@@ -16,9 +16,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connectql.connectors import declared
 from connectql.connectors.mysql.sinktypes import created_type as mysql_created
 from connectql.connectors.postgres.types import created_type as pg_created
+from connectql.connectors.relational import declared
 
 
 def field(spark_type, kind: str, type_: str, labels=()) -> StructField:

@@ -21,10 +21,10 @@ import pytest
 
 from connectql.api.routes import Routes
 from connectql.api.serve import ApiServer
-from connectql.connectors import arrowread
 from connectql.connectors.mysql.client import connect_kwargs as my_connect_kwargs
 from connectql.connectors.options import validate
 from connectql.connectors.postgres.client import connect_kwargs as pg_connect_kwargs
+from connectql.connectors.relational import arrowread
 from connectql.errors import PlanError
 from tests.helpers import run, wait_until
 from tests.mariadbserver import PrivateMariaDB

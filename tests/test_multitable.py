@@ -478,7 +478,7 @@ def test_a_value_a_snapshot_cannot_read_leaves_the_other_tables_flowing(
 
 
 def test_a_wide_table_makes_a_snapshot_batch_of_several_tables_take_fewer_rows():
-    from connectql.connectors.tablereader import BATCH_CELLS, wide_batch_rows
+    from connectql.connectors.relational.tablereader import BATCH_CELLS, wide_batch_rows
 
     assert wide_batch_rows(100_000, 10) == 100_000  # the widest table's columns count
     assert wide_batch_rows(100_000, 1_101) == 18_165

@@ -12,7 +12,7 @@ from decimal import Decimal
 import pymysql
 import pytest
 
-from connectql.connectors.dbsink import stage_name
+from connectql.connectors.relational.sink import stage_name
 from connectql.errors import ConnectQLError
 from tests.helpers import read_parquet_rows, replay_last_batch, run, run_rejecting_sinks
 from tests.mariadbserver import create_database

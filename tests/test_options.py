@@ -540,7 +540,7 @@ AUDIT |= {
         for key in ("timestamp.column", "server.id", "heartbeat.interval.ms")
     },
 }
-# the connection bounds every database connector declares (connectors/bounds.py)
+# the connection bounds every database connector declares (connectors/relational/bounds.py)
 _HANGS = "test_hangs.py::"
 AUDIT |= {
     f"{db} {kind} {key}": _HANGS + test

@@ -1,4 +1,4 @@
-"""Key ranges of a real table (connectors/polling.py): where a chunk of N rows ends, for one
+"""Key ranges of a real table (connectors/relational/polling.py): where a chunk of N rows ends, for one
 and two key columns, with the rest of the table longer or shorter than N, and under an upper
 bound, on PostgreSQL and MariaDB."""
 
@@ -8,8 +8,8 @@ import psycopg
 from pyspark.sql.types import LongType, StructField, StructType
 
 from connectql.connectors.mysql.db import MyDb
-from connectql.connectors.polling import Source, chunk_end
 from connectql.connectors.postgres.db import PgDb
+from connectql.connectors.relational.polling import Source, chunk_end
 from tests.pgserver import pg_shared  # noqa: F401 (fixture)
 from tests.test_mysql import plain_db  # noqa: F401 (fixture)
 from tests.test_postgres import db  # noqa: F401 (fixture)

@@ -1,4 +1,4 @@
-"""The PostgreSQL sink's direct write, driven through dbsink.Target.write/commit against the real
+"""The PostgreSQL sink's direct write, driven through relational.sink.Target.write/commit against the real
 server (no Spark query): a task's rows that only read or insert keys the target lacks go
 straight into the target; anything else (a key it has, a replay, column types that differ) is
 staged and merged, and the result is always what the upsert of the batch gives."""
@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from connectql.connectors.dbsink import DirectOverlap, SinkSettings
 from connectql.connectors.postgres.sink import PgTarget
+from connectql.connectors.relational.sink import DirectOverlap, SinkSettings
 from tests.pgserver import PrivatePostgres, create_database
 
 SCHEMA = StructType(

@@ -1,4 +1,4 @@
-"""The database sinks' commit, driven through dbsink.Target's stage/commit protocol against the
+"""The database sinks' commit, driven through relational.sink.Target's stage/commit protocol against the
 real PostgreSQL and MariaDB servers (no Spark query): a batch of only reads and inserts goes in
 by a plain INSERT, and whenever that would differ from the upsert (a key already in the target,
 a key twice in the batch, a delete) the upsert's result is what lands."""
@@ -13,9 +13,9 @@ import pymysql
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from connectql.connectors.dbsink import SinkSettings
 from connectql.connectors.mysql.sink import MysqlTarget
 from connectql.connectors.postgres.sink import PgTarget
+from connectql.connectors.relational.sink import SinkSettings
 from tests.mariadbserver import create_database as create_mariadb
 from tests.mariadbserver import mariadb_binlog  # noqa: F401 (fixture)
 from tests.pgserver import create_database as create_pg
@@ -200,7 +200,7 @@ def test_an_upsert_never_reads_the_change_columns_it_does_not_stage():
     from the stream's Parquet scan: an upsert stages __op and __pos only."""
     from types import SimpleNamespace
 
-    from connectql.connectors.dbsink import writer_spec
+    from connectql.connectors.relational.sink import writer_spec
 
     opts = {"auto.create": True, "auto.evolve": True}
     stream = SimpleNamespace(key_columns=("id",))

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 
 from connectql.api.client import Remote, RemoteError
-from connectql.connectors.dbsink import PROGRESS_TABLE, Fenced
 from connectql.connectors.postgres.sink import PgTarget
+from connectql.connectors.relational.sink import PROGRESS_TABLE, Fenced
 from tests.crash import (
     CONNECTQL,
     checkout_env,

@@ -11,7 +11,7 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.multitable import matching, patterns
-from connectql.connectors.routed import ROUTES_OPTION, _each
+from connectql.connectors.relational.routed import ROUTES_OPTION, _each
 from connectql.connectors.streamsread import FORMAT, SCHEMA, STREAMS_OPTION
 from connectql.errors import PlanError
 

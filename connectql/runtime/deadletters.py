@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
-from connectql.connectors.changerows import DEAD_LETTERS
 from connectql.connectors.multitable import ONE_KEY, ONE_OPTION
+from connectql.connectors.relational.changerows import DEAD_LETTERS
 from connectql.errortext import short_error
 from connectql.runtime.streamwriter import Output
 from connectql.toolkit.envelope import (  # noqa: F401 (re-exported)

@@ -25,8 +25,8 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors import streamsread
 from connectql.connectors.base import ReaderSpec
-from connectql.connectors.dbsink import deadletter_name
 from connectql.connectors.multitable import SCHEMAS_OPTION
+from connectql.connectors.relational.sink import deadletter_name
 from connectql.errors import PlanError
 from connectql.errortext import short_error
 from connectql.planner.plan import STREAM_WRITER, Plan
@@ -417,7 +417,7 @@ class Stopper(threading.Thread):
 
 
 def rejected_rows(plan: Plan, batch_id: int) -> int:
-    """Rows a database sink's batch sent to its dead-letter stream (connectors/dbsink.py)."""
+    """Rows a database sink's batch sent to its dead-letter stream (connectors/relational/sink.py)."""
     import pyarrow.parquet as pq
 
     name = deadletter_name(writer_id(plan.checkpoint), batch_id) + ".parquet"

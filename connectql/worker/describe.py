@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from connectql.catalog.redact import redact
-from connectql.connectors import declared, registry
+from connectql.connectors import registry
+from connectql.connectors.relational import declared
 from connectql.errors import CatalogError
 from connectql.grammar import ast
 from connectql.worker import settings

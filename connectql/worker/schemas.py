@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from connectql.connectors.declared import field_ddl
+from connectql.connectors.relational.declared import field_ddl
 
 
 def schema_ddl(struct) -> str:

@@ -36,8 +36,6 @@ from pymysqlreplication.row_event import (
 )
 from pyspark.sql.types import StructType
 
-from connectql.connectors.changerows import ChangeRows, Changes
-from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.mysql.client import (
     bounded_connect,
     connect,
@@ -48,7 +46,9 @@ from connectql.connectors.mysql.client import (
 )
 from connectql.connectors.mysql.tables import columns_of
 from connectql.connectors.mysql.types import BINARY_TYPES, FIXED_BYTES, Column, binlog_value
-from connectql.connectors.tablereader import Window
+from connectql.connectors.relational.changerows import ChangeRows, Changes
+from connectql.connectors.relational.changerows import with_snapshot_columns as snapshot_columns
+from connectql.connectors.relational.tablereader import Window
 from connectql.errors import ChangeLogGone, ConnectQLError, PlanError
 
 HEARD_S = 15.0  # a followed binlog stream silent this long (no heartbeat) has hung

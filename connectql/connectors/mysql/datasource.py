@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from connectql.connectors.tabledatasource import TableDataSource
+from connectql.connectors.relational.datasource import TableDataSource
 
 FORMAT = "connectql_mysql"
 

@@ -21,7 +21,6 @@ import pymysql
 from pymysql.converters import conversions
 from pyspark.sql.types import BinaryType, StructType
 
-from connectql.connectors import arrowread
 from connectql.connectors.mysql.client import quote
 from connectql.connectors.mysql.types import (
     GEOMETRY_TYPES,
@@ -35,6 +34,7 @@ from connectql.connectors.mysql.types import (
     select_expr,
     spatial,
 )
+from connectql.connectors.relational import arrowread
 
 ROWS_PER_ARROW_BATCH = 65_536
 GROUP_ROWS = 2048  # keys per grouped value

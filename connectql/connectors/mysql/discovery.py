@@ -3,7 +3,6 @@ and the tables allow change-data capture (above tables, binlog and keyless, whic
 
 from __future__ import annotations
 
-from connectql.connectors.dbsource import count_sql
 from connectql.connectors.mysql.binlog import check_replication
 from connectql.connectors.mysql.client import connect, query
 from connectql.connectors.mysql.keyless import check_supported
@@ -13,7 +12,8 @@ from connectql.connectors.mysql.tables import (
     describe_source,
     tables_of,
 )
-from connectql.connectors.tablereader import Table
+from connectql.connectors.relational.source import count_sql
+from connectql.connectors.relational.tablereader import Table
 
 
 def discover(cfg, cdc: bool, where: str) -> list[Table]:

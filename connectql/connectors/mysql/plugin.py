@@ -5,25 +5,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectql.connectors import dbplugin
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.mysql.client import connection_config, split_table
 from connectql.connectors.mysql.datasource import FORMAT
 from connectql.connectors.options import Option
+from connectql.connectors.relational import plugin as shared
 from connectql.errors import PlanError
 
-CONNECTION = dbplugin.connection_options(
+CONNECTION = shared.connection_options(
     3306,
     Option("user", default="root", doc="user to connect as"),
-    dbplugin.password_option("user"),
+    shared.password_option("user"),
     Option("database", required=True, doc="database (schema) of the table(s)"),
 )
 # the option naming the tables' container, and how a qualified table name splits
 PLACE = ("database", split_table)
 
-SINK_OPTIONS = dbplugin.sink_option_set(CONNECTION, "database.name")
+SINK_OPTIONS = shared.sink_option_set(CONNECTION, "database.name")
 
-SOURCE_OPTIONS = dbplugin.source_option_set(
+SOURCE_OPTIONS = shared.source_option_set(
     CONNECTION,
     "binary log",
     "cdc: move the offset past other tables' transactions this often while the captured table"
@@ -48,14 +48,14 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
             raise PlanError("mysql source: server.id must be a positive number")
         return ReaderConfig(connection=connection_config(opts), server_id=server_id, **fields)
 
-    return dbplugin.plan_table_source(opts, FORMAT, PLACE, config, discover, count)
+    return shared.plan_table_source(opts, FORMAT, PLACE, config, discover, count)
 
 
 def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
     from connectql.connectors.mysql.sink import prepare_target
 
     connection = connection_config(opts)
-    return dbplugin.plan_table_sink(opts, stream, FORMAT, PLACE, connection, prepare_target)
+    return shared.plan_table_sink(opts, stream, FORMAT, PLACE, connection, prepare_target)
 
 
 PLUGIN = Plugin(

@@ -1,4 +1,4 @@
-"""The MySQL/MariaDB sink's Spark writer, the MySQL dialect of dbsink.Target: each task loads
+"""The MySQL/MariaDB sink's Spark writer, the MySQL dialect of relational.sink.Target: each task loads
 its rows into an InnoDB staging table with `LOAD DATA LOCAL INFILE` (tab-separated text made
 from Arrow with vectorized kernels; on 100k rows about 4x faster than pymysql's multi-row
 `executemany` INSERT: 0.9 s against 3.5 s), and the driver's commit merges the batch into the
@@ -6,7 +6,7 @@ target and records its id in one transaction, so a replayed batch is skipped (ex
 
 MySQL differs from PostgreSQL in three ways that matter here: DDL commits implicitly, so the
 staging tables are dropped after the commit (a drop lost to a crash is done at the next commit:
-dbsink.Target.drop_stale); LOAD DATA LOCAL turns bad values into warnings, so any warning fails
+relational.sink.Target.drop_stale); LOAD DATA LOCAL turns bad values into warnings, so any warning fails
 the load (staging columns are wide, so the values we make never warn); and a statement that
 fails does not abort the transaction, but the merge's statements still run in a savepoint so
 that a rejected batch leaves nothing behind."""
@@ -25,15 +25,15 @@ import pyarrow as pa
 import pymysql
 from pyspark.sql.types import BinaryType, StructType
 
-from connectql.connectors.dbsink import (
+from connectql.connectors.mysql.client import connect, quote
+from connectql.connectors.mysql.sinktypes import arrow_to_tsv, created_type, mysql_type
+from connectql.connectors.relational.sink import (
     IDLE_IN_TRANSACTION_S,
     SEQ_COLUMN,
     DbStreamWriter,
     SinkSettings,
     Target,
 )
-from connectql.connectors.mysql.client import connect, quote
-from connectql.connectors.mysql.sinktypes import arrow_to_tsv, created_type, mysql_type
 from connectql.errors import PlanError
 
 UNKNOWN_VARIABLE = 1193  # MySQL: no idle_transaction_timeout

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from connectql.connectors import declared
 from connectql.connectors.mysql.types import BINARY_TYPES, GEOMETRY_TYPES, Column, spark_type
+from connectql.connectors.relational import declared
 
 KEY_TEXT = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"  # keys compare as Spark does
 KEY_BINARY = "VARBINARY(255)"

@@ -9,17 +9,17 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from connectql.connectors import arrowread
-from connectql.connectors.bounds import Bounds
 from connectql.connectors.mysql import binlog, keyless
 from connectql.connectors.mysql.client import connect, qualified
 from connectql.connectors.mysql.db import RAW, MyDb
 from connectql.connectors.mysql.tables import columns_of, describe_source
-from connectql.connectors.tablereader import Range, Table, TableConfig, TableStreamReader, Window
+from connectql.connectors.relational import arrowread
+from connectql.connectors.relational import tablereader as tr
+from connectql.connectors.relational.bounds import Bounds
 
 
 @dataclass(frozen=True)
-class ReaderConfig(TableConfig):
+class ReaderConfig(tr.TableConfig):
     """A MySQL source's settings: the table reader's plus its binlog client id."""
 
     server_id: int = 0  # 0: derived from the connector's name
@@ -30,7 +30,7 @@ class ReaderConfig(TableConfig):
         return qualified(self.schema, self.table)
 
 
-class MysqlStreamReader(TableStreamReader):
+class MysqlStreamReader(tr.TableStreamReader):
     config_class = ReaderConfig
     LOG_KEY = "binlog"
     _scanner: binlog.Scanner | None = None
@@ -42,10 +42,10 @@ class MysqlStreamReader(TableStreamReader):
     def is_closed(self, conn) -> bool:
         return not conn.open
 
-    def describe(self, conn, table: str | None) -> Table:
+    def describe(self, conn, table: str | None) -> tr.Table:
         return describe_source(conn, self.cfg.for_table(table))
 
-    def dialect(self, conn, table: Table) -> MyDb:
+    def dialect(self, conn, table: tr.Table) -> MyDb:
         address = arrowread.url("mysql", self.cfg.connection, 3306)
         read_s = Bounds.of(self.cfg.connection).read_s
         return MyDb(conn, {n: t for n, t, _s in table.columns}, address, read_s)
@@ -66,7 +66,7 @@ class MysqlStreamReader(TableStreamReader):
     def log_behind(self, conn, position: dict) -> int:
         return binlog.bytes_behind(conn, position)
 
-    def log_scan(self, conn, start: dict, target: dict | None) -> Window:
+    def log_scan(self, conn, start: dict, target: dict | None) -> tr.Window:
         if target is not None:  # available-now: walk to the target now, not as a tailer goes
             if self._scanner is None:
                 self._scanner = binlog.Scanner(self._walker(conn, reader=0))
@@ -86,14 +86,14 @@ class MysqlStreamReader(TableStreamReader):
     def log_order(self, position: dict):
         return binlog.order(position)
 
-    def log_read(self, conn, part: Range) -> Iterator[tuple[str, pa.RecordBatch]]:
+    def log_read(self, conn, part: tr.Range) -> Iterator[tuple[str, pa.RecordBatch]]:
         keys = {t: self.meta(conn, t).key for t in self.tables}
         walker = self._walker(conn, 1)
         yield from binlog.read_changes(
             walker, part, self.live_schemas, keys, conn, self.tolerant, self.cannot_read
         )
 
-    def log_snapshot(self, conn, table, part: Range) -> Iterator[pa.RecordBatch]:
+    def log_snapshot(self, conn, table, part: tr.Range) -> Iterator[pa.RecordBatch]:
         src = self._src(table)
 
         def read(c) -> Iterator[pa.RecordBatch]:  # on `c`, in its snapshot: no connectorx

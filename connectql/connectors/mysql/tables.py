@@ -4,11 +4,11 @@ ROW format, FULL row images, replication privileges), each named when missing.""
 
 from __future__ import annotations
 
-from connectql.connectors import declared
 from connectql.connectors.multitable import matching
 from connectql.connectors.mysql.client import qualified, query
 from connectql.connectors.mysql.types import Column, spark_type
-from connectql.connectors.tablereader import Table
+from connectql.connectors.relational import declared
+from connectql.connectors.relational.tablereader import Table
 from connectql.errors import PlanError
 
 # server variable -> the value change-data capture needs

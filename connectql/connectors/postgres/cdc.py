@@ -16,12 +16,12 @@ import pyarrow as pa
 from psycopg import sql
 from pyspark.sql.types import StructType
 
-from connectql.connectors.changerows import ChangeRows, Changes
-from connectql.connectors.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.postgres.client import qualified
 from connectql.connectors.postgres.pgoutput import UNCHANGED_TOAST, Begin, Change, Commit, Decoder
 from connectql.connectors.postgres.pgtext import spark_value
-from connectql.connectors.tablereader import Window
+from connectql.connectors.relational.changerows import ChangeRows, Changes
+from connectql.connectors.relational.changerows import with_snapshot_columns as snapshot_columns
+from connectql.connectors.relational.tablereader import Window
 from connectql.errors import ConnectQLError
 
 PLUGIN_NAME = "pgoutput"

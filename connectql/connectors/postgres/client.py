@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import errors, sql
 
-from connectql.connectors.bounds import BOUND_KEYS, Bounds
+from connectql.connectors.relational.bounds import BOUND_KEYS, Bounds
 from connectql.errors import PlanError
 
 CONNECTION_KEYS = ("host", "port", "user", "password", "database", *BOUND_KEYS)

@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.types import ArrayType, BinaryType, DecimalType, StringType, StructType
 
-from connectql.connectors import arrowread
 from connectql.connectors.postgres.types import arrow_schema, csv_to_arrow, select_expr
+from connectql.connectors.relational import arrowread
 
 ROWS_PER_ARROW_BATCH = 65_536
 INTEGERS = {"smallint", "integer", "bigint"}

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectql.connectors import dbplugin
 from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
-from connectql.connectors.bounds import BOUND_OPTIONS
 from connectql.connectors.options import Option
 from connectql.connectors.postgres.client import connection_config, split_table
 from connectql.connectors.postgres.datasource import FORMAT
+from connectql.connectors.relational import plugin as shared
+from connectql.connectors.relational.bounds import BOUND_OPTIONS
 
-CONNECTION = dbplugin.connection_options(
+CONNECTION = shared.connection_options(
     5432,
     Option("user", doc="role to connect as; absent: the operating-system user"),
-    dbplugin.password_option("role"),
+    shared.password_option("role"),
     Option("database", required=True, doc="database to connect to"),
     Option("schema", default="public", doc="schema of the table(s) when not qualified"),
 )
 # the option naming the tables' container, and how a qualified table name splits
 PLACE = ("schema", split_table)
 
-SINK_OPTIONS = dbplugin.sink_option_set(CONNECTION, "schema.name")
+SINK_OPTIONS = shared.sink_option_set(CONNECTION, "schema.name")
 
-SOURCE_OPTIONS = dbplugin.source_option_set(
+SOURCE_OPTIONS = shared.source_option_set(
     CONNECTION,
     "write-ahead log",
     "cdc: advance the slot this often while no captured table changes, so a quiet table does"
@@ -45,7 +45,7 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
         slot = opts.get("slot.name") or ""
         return ReaderConfig(connection=connection_config(opts), slot=slot, **fields)
 
-    return dbplugin.plan_table_source(opts, FORMAT, PLACE, config, discover, count)
+    return shared.plan_table_source(opts, FORMAT, PLACE, config, discover, count)
 
 
 # DROP waits this long at most on the server for the slot's cleanup (a server that hangs
@@ -89,7 +89,7 @@ def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
     from connectql.connectors.postgres.sink import prepare_target
 
     connection = connection_config(opts)
-    return dbplugin.plan_table_sink(opts, stream, FORMAT, PLACE, connection, prepare_target)
+    return shared.plan_table_sink(opts, stream, FORMAT, PLACE, connection, prepare_target)
 
 
 PLUGIN = Plugin(

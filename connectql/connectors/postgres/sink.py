@@ -2,7 +2,7 @@
 COPY's binary format) straight into the target when they only insert keys it lacks, else into
 an unlogged staging table; the driver's commit merges the staged rows into the target, records
 the batch id and drops the staging tables in one transaction, so a replayed batch is skipped
-(exactly-once). The protocol is dbsink.Target's; this is the PostgreSQL dialect."""
+(exactly-once). The protocol is relational.sink.Target's; this is the PostgreSQL dialect."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pyarrow.compute as pc
 from pgpq import ArrowToPostgresBinaryEncoder
 from pyspark.sql.types import StructType
 
-from connectql.connectors.dbsink import (
+from connectql.connectors.postgres.client import connect
+from connectql.connectors.postgres.types import created_type, pg_type
+from connectql.connectors.relational.sink import (
     IDLE_IN_TRANSACTION_S,
     SEQ_COLUMN,
     DbStreamWriter,
@@ -23,8 +25,6 @@ from connectql.connectors.dbsink import (
     change_order,
     target_columns,
 )
-from connectql.connectors.postgres.client import connect
-from connectql.connectors.postgres.types import created_type, pg_type
 from connectql.errors import PlanError
 
 # what a target rejects row by row (constraint, type, length), as opposed to transient errors

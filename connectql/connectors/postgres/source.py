@@ -11,13 +11,19 @@ from dataclasses import dataclass, replace
 import psycopg
 import pyarrow as pa
 
-from connectql.connectors import arrowread, polling
-from connectql.connectors.bounds import Bounds
 from connectql.connectors.postgres import cdc, walstream
 from connectql.connectors.postgres.client import connect, qualified
 from connectql.connectors.postgres.db import PgDb
 from connectql.connectors.postgres.tables import describe_source
-from connectql.connectors.tablereader import Range, Table, TableConfig, TableStreamReader, Window
+from connectql.connectors.relational import arrowread, polling
+from connectql.connectors.relational.bounds import Bounds
+from connectql.connectors.relational.tablereader import (
+    Range,
+    Table,
+    TableConfig,
+    TableStreamReader,
+    Window,
+)
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,12 @@ primary key, looked up at CREATE (unsupported types and missing tables are named
 
 from __future__ import annotations
 
-from connectql.connectors import declared
-from connectql.connectors.dbsource import count_sql
 from connectql.connectors.multitable import matching
 from connectql.connectors.postgres.client import connect
 from connectql.connectors.postgres.types import spark_type
-from connectql.connectors.tablereader import Table
+from connectql.connectors.relational import declared
+from connectql.connectors.relational.source import count_sql
+from connectql.connectors.relational.tablereader import Table
 from connectql.errors import PlanError
 
 

@@ -29,8 +29,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connectql.connectors import declared
 from connectql.connectors.postgres.pgtext import spark_value
+from connectql.connectors.relational import declared
 
 _SIMPLE = {
     "smallint": "SMALLINT",

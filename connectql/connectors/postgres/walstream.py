@@ -21,7 +21,7 @@ from pathlib import Path
 from connectql.connectors.postgres.cdc import type_names
 from connectql.connectors.postgres.client import connect, connect_error, libpq_params
 from connectql.connectors.postgres.pgoutput import Begin, Change, Commit, Decoder
-from connectql.connectors.tablereader import Window
+from connectql.connectors.relational.tablereader import Window
 from connectql.errors import ConnectQLError
 
 COVERED = "covered"  # the spool's file holding the LSN up to which every commit is spooled

@@ -21,9 +21,9 @@ from pyspark.sql.types import StructType
 
 from connectql.catalog.streams import append_table
 from connectql.connectors.base import WriterSpec
-from connectql.connectors.bounds import check_bounds, endpoint
-from connectql.connectors.lending import Lender
 from connectql.connectors.options import Option, from_spark_options, to_spark_options
+from connectql.connectors.relational.bounds import check_bounds, endpoint
+from connectql.connectors.relational.lending import Lender
 from connectql.errors import PlanError
 from connectql.toolkit.envelope import DEADLETTER_ARROW, META_COLUMNS, UNCHANGED  # noqa: F401
 

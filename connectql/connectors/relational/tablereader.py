@@ -17,16 +17,17 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from connectql.connectors import multitable, polling
-from connectql.connectors.changerows import (
+from connectql.connectors import multitable
+from connectql.connectors.options import from_spark_options, to_spark_options
+from connectql.connectors.relational import polling
+from connectql.connectors.relational.changerows import (
     DEAD_LETTERS,
     UNREADABLE,
     arrow_schema,
     cannot_read,
     dead_letters,
 )
-from connectql.connectors.dbsink import META_COLUMNS
-from connectql.connectors.options import from_spark_options, to_spark_options
+from connectql.connectors.relational.sink import META_COLUMNS
 from connectql.errors import ConnectQLError, TableFailed
 from connectql.errortext import short_error
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN

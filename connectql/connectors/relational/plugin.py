@@ -7,17 +7,17 @@ from collections.abc import Callable
 from typing import Any
 
 from connectql.connectors.base import ReaderSpec, WriterSpec
-from connectql.connectors.bounds import BOUND_OPTIONS
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
-from connectql.connectors.dbsink import sink_options, writer_spec
-from connectql.connectors.dbsource import (
+from connectql.connectors.options import Option
+from connectql.connectors.relational.bounds import BOUND_OPTIONS
+from connectql.connectors.relational.sink import sink_options, writer_spec
+from connectql.connectors.relational.source import (
     check_source_options,
     config_fields,
     reader_spec,
     source_options,
     table_place,
 )
-from connectql.connectors.options import Option
 
 
 def _named(options) -> dict[str, Option]:
@@ -81,7 +81,7 @@ def plan_table_sink(
     opts: dict[str, Any], stream, fmt: str, place: tuple[str, Callable], connection, prepare
 ) -> WriterSpec:
     """The WriterSpec of a table sink of format `fmt` into the table its options name (`place`
-    as for plan_table_source); `prepare` readies the target at CREATE (dbsink.writer_spec)."""
+    as for plan_table_source); `prepare` readies the target at CREATE (sink.writer_spec)."""
     key, split = place
     target = split(opts["table"], opts[key])
     return writer_spec(fmt, opts, stream, connection, target, prepare)

@@ -8,8 +8,8 @@ from typing import Any
 
 from connectql.connectors import multitable
 from connectql.connectors.base import Found, ReaderSpec
-from connectql.connectors.bounds import check_bounds, endpoint
 from connectql.connectors.options import Option
+from connectql.connectors.relational.bounds import check_bounds, endpoint
 from connectql.errors import PlanError
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
 

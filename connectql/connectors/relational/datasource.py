@@ -29,7 +29,7 @@ class TableDataSource(DataSource):
         return cls.format
 
     def streamWriter(self, schema: StructType, overwrite: bool):  # noqa: N802 (Spark's name)
-        from connectql.connectors.routed import ROUTES_OPTION, RoutedWriter
+        from connectql.connectors.relational.routed import ROUTES_OPTION, RoutedWriter
 
         if ROUTES_OPTION in self.options:  # several streams (option streams)
             return RoutedWriter(_load(self.target), self.options)

@@ -1,5 +1,5 @@
 """A database sink of several streams (option `streams`): each stream's rows, read by
-streamsread.py, go into a table of their own through a Target of their own (dbsink.py), with
+streamsread.py, go into a table of their own through a Target of their own (sink.py), with
 a progress row of their own, so that each stream is written exactly once as a one-stream sink's."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from connectql.connectors.dbsink import SinkSettings, Staged, Target
-from connectql.connectors.lending import Lender
+from connectql.connectors.relational.lending import Lender
+from connectql.connectors.relational.sink import SinkSettings, Staged, Target
 from connectql.connectors.streamsread import ROWS_COLUMN, STREAM_COLUMN
 
 ROUTES_OPTION = "connectql.routes"  # JSON [{"stream", "config", "schema"}], one per stream

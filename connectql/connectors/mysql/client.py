@@ -57,8 +57,25 @@ def bounded_connect(cfg: dict[str, Any]):
     return functools.partial(_with_keepalive, Bounds.of(cfg).keepalive_probes())
 
 
+class _Connection(pymysql.connections.Connection):
+    """pymysql's connection, its 'preferred' TLS context (the one it makes when no TLS option is
+    given, to try TLS and fall back) made once per process: pymysql makes a new one for every
+    connection, loading the system's CA certificates each time (50 ms here), and a source or
+    sink opens several connections per micro-batch."""
+
+    def _create_ssl_ctx(self, sslp):
+        if not (isinstance(sslp, dict) and not sslp):
+            return super()._create_ssl_ctx(sslp)
+        if _PREFERRED_TLS.get("ctx") is None:
+            _PREFERRED_TLS["ctx"] = super()._create_ssl_ctx(sslp)
+        return _PREFERRED_TLS["ctx"]
+
+
+_PREFERRED_TLS: dict = {}
+
+
 def _with_keepalive(probes, **kwargs) -> pymysql.Connection:
-    conn = pymysql.connect(**kwargs)
+    conn = _Connection(**kwargs)
     sock = getattr(conn, "_sock", None)
     if probes and sock is not None and hasattr(socket, "TCP_KEEPIDLE"):
         idle, interval, count = probes

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import time
+from pathlib import Path
 
 import duckdb
 
@@ -153,3 +157,41 @@ def check_poison_isolated(worker, table: str, position: str) -> str:
     described = dict(run(worker, "DESCRIBE CONNECTOR strict")[0].rows)
     assert described["table bad stopped"] == error
     return message
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children first), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        found.append(p)
+        todo += children.get(p, [])
+    return found
+
+
+def interrupt(
+    proc: subprocess.Popen, timeout: float = 120, sig: int = signal.SIGINT
+) -> tuple[str, str]:
+    """Ctrl-C (or `sig`) to a `connectql run` started in the background; its output once it stopped. One
+    that does not stop within `timeout` is killed with its JVM and Python workers (a failed
+    test leaves no worker behind), and the test fails saying so."""
+    proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _out, err = proc.communicate()
+        raise AssertionError(
+            f"connectql run did not stop within {timeout} s of signal {sig} (killed):\n{err[-2000:]}"
+        ) from None

@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from connectql.connectors.docs import markdown
-from tests.helpers import read_parquet_rows, wait_until
+from tests.helpers import interrupt, read_parquet_rows, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CONNECTQL = [sys.executable, "-m", "connectql.cli"]
@@ -128,8 +127,7 @@ def test_quickstart_runs_to_the_end_and_ctrl_c_keeps_offsets(tmp_path):
         )
         time.sleep(1)
     finally:  # a failed wait leaves no worker behind
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        out, err = interrupt(proc)
     assert proc.returncode == 0, err
     assert "stopping" in out
     before = read_parquet_rows(home / "streams/s")[0]
@@ -220,8 +218,7 @@ def test_run_serves_the_api_so_other_commands_manage_its_connectors(tmp_path):
         assert r.returncode == 0 and "✓ resumed connector live" in r.stdout, r.stderr
         assert _state(home) == ("RUNNING", "running")
     finally:
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        out, err = interrupt(proc)
     assert proc.returncode == 0, err
     assert "serving http://127.0.0.1:" in out
     assert not (home / "server.json").exists()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ import pymysql
 import pytest
 
 from connectql.errors import ConnectQLError, PlanError
-from tests.helpers import lag_below, lag_of, read_parquet_rows, run, wait_until
+from tests.helpers import interrupt, lag_below, lag_of, read_parquet_rows, run, wait_until
 from tests.mariadbserver import create_database, mariadb_binlog  # noqa: F401 (fixture)
 from tests.pgserver import create_database as create_pg_database
 
@@ -512,8 +511,7 @@ def test_the_mysql_to_postgres_example_runs_as_the_readme_says(tmp_path, binlog_
     except AssertionError:
         pass  # shown below with the command's output
     finally:
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        out, err = interrupt(proc)
     assert proc.returncode == 0, err
     assert pg_rows(pg_info, count) == [(3000, Decimal("449850.00"))], out + err
     assert "created source connector orders_cdc" in out and "RUNNING" in out

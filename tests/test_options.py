@@ -20,7 +20,7 @@ from connectql.catalog.store import Catalog
 from connectql.catalog.streams import committed_files
 from connectql.errors import ConnectQLError
 from connectql.worker.worker import Worker
-from tests.helpers import read_parquet_rows, run, wait_until
+from tests.helpers import interrupt, read_parquet_rows, run, wait_until
 from tests.test_cli import CONNECTQL, ROOT, connectql
 
 pytestmark = pytest.mark.spark
@@ -79,8 +79,7 @@ def test_connectql_run_stays_up_through_a_restart_loop(tmp_path):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() - started > 1.6
     finally:
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
+        out, err = interrupt(proc, sig=signal.SIGTERM)
     assert proc.returncode == 0, err
     events = catalog_rows(
         home,

@@ -44,6 +44,19 @@ def _threads_left(before: set, grace: float = 5.0) -> list[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def ctrl_c_is_heard():
+    """The tests that press Ctrl-C (in this process, or in a `connectql run` they start) need
+    SIGINT handled; a suite started in the background by a shell (`pytest &`) inherits it
+    ignored, and so would every process it starts (a Python handler is reset by exec)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def one_jvm_archive():
     """Every connectql process of the suite shares the user's JVM class archive, also those
     that run with a HOME of their own (tests/test_shell.py)."""

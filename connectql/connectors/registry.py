@@ -55,7 +55,7 @@ def _found() -> tuple[dict[str, Plugin], list[Plugin]]:
 
     found: dict[str, Plugin] = {}
     for spec in BUILTINS:
-        value = _load(spec)
+        value = load(spec)
         plugin = value if isinstance(value, Plugin) else plugin_of(value)
         found[plugin.type] = plugin
     refused: list[Plugin] = []
@@ -72,7 +72,8 @@ def _found() -> tuple[dict[str, Plugin], list[Plugin]]:
     return found, refused
 
 
-def _load(spec: str):
+def load(spec: str):
+    """The object a "module:NAME" (or "module:A.B") spec names, its module imported."""
     module, _, attr = spec.partition(":")
     value = importlib.import_module(module)
     for part in attr.split("."):

@@ -3,16 +3,10 @@ writer named as "module:Class" so that registering it imports neither."""
 
 from __future__ import annotations
 
-import importlib
 from typing import ClassVar
 
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
-
-
-def _load(spec: str):
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 class TableDataSource(DataSource):
@@ -29,11 +23,14 @@ class TableDataSource(DataSource):
         return cls.format
 
     def streamWriter(self, schema: StructType, overwrite: bool):  # noqa: N802 (Spark's name)
+        from connectql.connectors.registry import load
         from connectql.connectors.relational.routed import ROUTES_OPTION, RoutedWriter
 
         if ROUTES_OPTION in self.options:  # several streams (option streams)
-            return RoutedWriter(_load(self.target), self.options)
-        return _load(self.writer)(schema, self.options)
+            return RoutedWriter(load(self.target), self.options)
+        return load(self.writer)(schema, self.options)
 
     def streamReader(self, schema: StructType):  # noqa: N802
-        return _load(self.reader)(schema, self.options)
+        from connectql.connectors.registry import load
+
+        return load(self.reader)(schema, self.options)

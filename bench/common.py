@@ -892,15 +892,20 @@ def failed(runs: list[Run], lat: Latency | None) -> bool:
 
 def arguments(prog: str, description: str, argv: list[str] | None) -> argparse.Namespace:
     """The options every database bench takes."""
+    global RATE
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--rows", type=int, default=1_000_000, help="rows in srcdb.orders")
     p.add_argument("--skip-latency", action="store_true", help="skip the CDC latency section")
     p.add_argument("--skip-breakdown", action="store_true", help="skip the step timings")
     p.add_argument("--seconds", type=float, default=SECONDS, help="latency run (default 30)")
     p.add_argument("--keep", action="store_true", help="keep the temporary home")
+    p.add_argument("--rate", type=float, default=RATE, help=f"changes/s (default {RATE})")
     args = p.parse_args(argv)
     if args.rows < 1:
         p.error("--rows must be at least 1")
+    if args.rate <= 0:
+        p.error("--rate must be above 0")
+    RATE = args.rate
     return args
 
 

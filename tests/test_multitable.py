@@ -15,6 +15,7 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors import multitable
 from connectql.errors import ConnectQLError, PlanError
+from connectql.toolkit import packed
 from tests.helpers import read_parquet_rows, replay_last_batch, run, wait_until
 from tests.mariadbserver import (
     create_database,
@@ -53,11 +54,11 @@ def test_several_tables_travel_packed_a_spark_row_per_chunk_of_one_table(spark, 
         [("orders", orders), ("lines", lines)],
     )
     assert StructType.fromDDL(spec.schema).fieldNames() == ["__table", "__rows"]
-    parts = multitable.option_schemas(spec.options)
+    parts = packed.option_schemas(spec.options)
     assert [(t, s.simpleString()) for t, s in parts.items()] == [
         ("orders", orders.simpleString()), ("lines", lines.simpleString())
     ]  # fmt: skip
-    assert multitable.option_schemas({"table": "orders"}) is None
+    assert packed.option_schemas({"table": "orders"}) is None
     target = pa.schema(
         [("id", pa.int32()), ("sku", pa.string()), ("__op", pa.string()), ("__pos", pa.string())]
     )
@@ -65,14 +66,14 @@ def test_several_tables_travel_packed_a_spark_row_per_chunk_of_one_table(spark, 
         {"sku": ["x", None, "z"], "id": pa.array([7, 8, 9], pa.int32()), "__pos": ["p"] * 3,
          "__op": ["c", "u", "d"]}
     )  # fmt: skip
-    monkeypatch.setattr(multitable, "PACK_BYTES", batch.nbytes // 3 + 1)  # a chunk per row
-    packed = multitable.pack("lines", batch, target)
-    assert packed.num_rows == 3 and packed.column("__table").to_pylist() == ["lines"] * 3
-    first = pa.Table.from_batches([multitable.pack("orders", pa.RecordBatch.from_pydict(
+    monkeypatch.setattr(packed, "PACK_BYTES", batch.nbytes // 3 + 1)  # a chunk per row
+    lines = packed.pack("lines", batch, target)
+    assert lines.num_rows == 3 and lines.column("__table").to_pylist() == ["lines"] * 3
+    first = pa.Table.from_batches([packed.pack("orders", pa.RecordBatch.from_pydict(
         {"id": [1], "amount": [None], "__op": ["r"], "__pos": ["q"]}), pa.schema(
         [("id", pa.int64()), ("amount", pa.decimal128(12, 2)), ("__op", pa.string()),
          ("__pos", pa.string())]))])  # fmt: skip
-    rows = multitable.by_table(pa.concat_tables([first, pa.Table.from_batches([packed])]))
+    rows = packed.by_table(pa.concat_tables([first, pa.Table.from_batches([lines])]))
     assert list(rows) == ["orders", "lines"]
     assert rows["lines"].schema == target
     assert rows["lines"].to_pylist() == [
@@ -81,7 +82,7 @@ def test_several_tables_travel_packed_a_spark_row_per_chunk_of_one_table(spark, 
         {"id": 9, "sku": "z", "__op": "d", "__pos": "p"},
     ]
     assert rows["orders"].to_pylist() == [{"id": 1, "amount": None, "__op": "r", "__pos": "q"}]
-    assert multitable.pack("lines", batch.slice(0, 0), target).num_rows == 0
+    assert packed.pack("lines", batch.slice(0, 0), target).num_rows == 0
 
 
 # ------------------------------------------------------------------ MariaDB: cdc
@@ -548,6 +549,6 @@ def test_a_stream_read_by_fewer_streams_than_tasks_is_split_in_order(tmp_path):
 def _numbers(rb: pa.RecordBatch) -> list[int]:
     return [
         n
-        for blob in rb.column(multitable.ROWS_COLUMN).to_pylist()
+        for blob in rb.column(packed.ROWS_COLUMN).to_pylist()
         for n in pa.ipc.open_stream(blob).read_all().column("n").to_pylist()
     ]

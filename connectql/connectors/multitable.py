@@ -1,28 +1,16 @@
 """Several tables in one source: which `table` values name several (a comma list or patterns),
-and how their rows travel through one Spark query: packed, a Spark row per chunk of one table's
-rows (`__table`, and the rows as Arrow IPC in its stream's columns), so that a batch's plan does
-not grow with the tables' columns. Each table's rows go to a stream of their own."""
+and the reader specs that send their rows packed (toolkit/packed.py), each table's rows to a
+stream of their own."""
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 
-import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from connectql.errors import PlanError
-from connectql.toolkit.envelope import TABLE_COLUMN
-
-ROWS_COLUMN = "__rows"  # a chunk of one table's rows as Arrow IPC
-# the reader option listing (JSON) each table's stream schema: [[table, Spark schema JSON], ...]
-SCHEMAS_OPTION = "connectql.tables.schemas"
-# the Spark schema of a several-table source: a row is one chunk of one table's rows
-PACKED_DDL = f"`{TABLE_COLUMN}` STRING, `{ROWS_COLUMN}` BINARY"
-# a chunk's size at most (about): one Spark row holds it whole
-PACK_BYTES = 8 * 1024 * 1024
-
+from connectql.toolkit.packed import PACKED_DDL, SCHEMAS_OPTION, schemas_option
 
 # the reader option listing (JSON) the tables stopped by a value they cannot read (catalog)
 FAILED_OPTION = "connectql.tables.failed"
@@ -59,8 +47,7 @@ def matching(names: list[str], items: tuple[str, ...], where: str) -> list[str]:
 def with_tables_schemas(reader, parts: list[tuple[str, StructType]]):
     """A reader spec (planner) that reads the tables of `parts`, (table, its stream's schema)
     in reading order: the packed Spark schema, the tables' schemas in SCHEMAS_OPTION."""
-    tables = json.dumps([[t, s.jsonValue()] for t, s in parts])
-    options = {**reader.options, SCHEMAS_OPTION: tables}
+    options = {**reader.options, SCHEMAS_OPTION: schemas_option(parts)}
     return dataclasses.replace(reader, schema=PACKED_DDL, options=options)
 
 
@@ -70,40 +57,3 @@ def packed_one(reader, struct: StructType):
     Arrow and back (the stream writer writes the chunks as they are)."""
     reader = with_tables_schemas(reader, [(ONE_KEY, struct)])
     return dataclasses.replace(reader, options={**reader.options, ONE_OPTION: "true"})
-
-
-def option_schemas(options: dict[str, str]) -> dict[str, StructType] | None:
-    """Each table's stream schema from a reader's options, in order; None: one table."""
-    text = options.get(SCHEMAS_OPTION)
-    if not text:
-        return None
-    return {t: StructType.fromJson(s) for t, s in json.loads(text)}
-
-
-def ipc_bytes(rows: pa.Table | pa.RecordBatch) -> bytes:
-    """Rows as one Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema) as w:
-        w.write(rows)
-    return sink.getvalue().to_pybytes()
-
-
-def pack(table: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """One table's rows (its own column names) as rows of PACKED_DDL: chunks of at most
-    about PACK_BYTES, each in the columns and types of `target` (its stream's)."""
-    batch = pa.RecordBatch.from_arrays([batch.column(f.name) for f in target], schema=target)
-    per = max(1, batch.num_rows * PACK_BYTES // max(1, batch.nbytes))
-    blobs = [ipc_bytes(batch.slice(i, per)) for i in range(0, batch.num_rows, per)]
-    return pa.RecordBatch.from_arrays(
-        [pa.array([table] * len(blobs), pa.string()), pa.array(blobs, pa.binary())],
-        names=[TABLE_COLUMN, ROWS_COLUMN],
-    )
-
-
-def by_table(rows: pa.Table) -> dict[str, pa.Table]:
-    """A packed Arrow table's rows (pack) as each table's rows, in the order they came."""
-    chunks: dict[str, list[pa.RecordBatch]] = {}
-    tables, blobs = rows[TABLE_COLUMN].to_pylist(), rows[ROWS_COLUMN].to_pylist()
-    for table, blob in zip(tables, blobs, strict=True):
-        chunks.setdefault(table, []).extend(pa.ipc.open_stream(blob).read_all().to_batches())
-    return {t: pa.Table.from_batches(b) for t, b in chunks.items() if b}

@@ -25,7 +25,6 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors import streamsread
 from connectql.connectors.base import ReaderSpec
-from connectql.connectors.multitable import SCHEMAS_OPTION
 from connectql.connectors.relational.sink import deadletter_name
 from connectql.errors import PlanError
 from connectql.errortext import short_error
@@ -33,6 +32,7 @@ from connectql.planner.plan import STREAM_WRITER, Plan
 from connectql.runtime import deadletters
 from connectql.runtime.session import get_session
 from connectql.runtime.streamwriter import StreamWriter, writer_id
+from connectql.toolkit.packed import SCHEMAS_OPTION
 
 log = logging.getLogger("connectql.runtime")
 

@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 from pyspark import TaskContext
 
 from connectql.catalog.streams import append_files, append_table, committed_files
-from connectql.connectors.multitable import ONE_KEY, ROWS_COLUMN, by_table
+from connectql.connectors.multitable import ONE_KEY
 from connectql.errors import PermanentError, SchemaEvolved, cause
 from connectql.errortext import short_error
+from connectql.toolkit.packed import ROWS_COLUMN, by_table
 
 log = logging.getLogger("connectql.runtime")
 
@@ -180,7 +181,7 @@ class StreamWriter:
         return files
 
     def _write_chunks(self, out: Output, df, batch_id: int) -> int:
-        """Write and commit one table's packed rows (multitable.pack): each task writes the
+        """Write and commit one table's packed rows (toolkit/packed.py): each task writes the
         chunks it reads into a file of its own, so Spark moves chunks, not rows, and no task
         holds more than a chunk."""
         staging = self._staging(out, batch_id)

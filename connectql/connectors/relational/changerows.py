@@ -15,6 +15,7 @@ from pyspark.sql.types import StructField, StructType
 
 from connectql.errors import ConnectQLError, SchemaChanged, SchemaEvolved
 from connectql.toolkit.envelope import META_COLUMNS
+from connectql.toolkit.packed import DEAD_LETTERS
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
@@ -79,7 +80,6 @@ class ChangeRows:
 
 # what converting a value that does not fit raises (a schema change raises other errors)
 UNREADABLE = (ValueError, ArithmeticError, LookupError, UnicodeError, pa.ArrowException)
-DEAD_LETTERS = ""  # the __table of a several-table source's dead letters (no table is named '')
 CANNOT_READ = "errors.tolerance = 'all' sends it to the dead-letter stream and goes on"
 
 

@@ -21,7 +21,6 @@ from connectql.connectors import multitable
 from connectql.connectors.options import from_spark_options, to_spark_options
 from connectql.connectors.relational import polling
 from connectql.connectors.relational.changerows import (
-    DEAD_LETTERS,
     UNREADABLE,
     arrow_schema,
     cannot_read,
@@ -30,7 +29,9 @@ from connectql.connectors.relational.changerows import (
 from connectql.connectors.relational.sink import META_COLUMNS
 from connectql.errors import ConnectQLError, TableFailed
 from connectql.errortext import short_error
+from connectql.toolkit import packed
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
+from connectql.toolkit.packed import DEAD_LETTERS
 
 LAG_EVERY_S = 1.0  # how often reportLatestOffset asks the database how far behind it is
 LAG_ROWS_CAP = 1_000_000  # an incremental source's lag is counted up to this many rows
@@ -163,9 +164,9 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # column (null but in a dead letter), which no table has, so it is not read
         self.out = arrow_schema(schema) if DEAD_LETTER_COLUMN in schema.fieldNames() else None
         schema = StructType([f for f in schema.fields if f.name != DEAD_LETTER_COLUMN])
-        self.schema = schema  # several tables: multitable.PACKED_DDL
-        parts = multitable.option_schemas(options)
-        self.packed = parts is not None  # rows sent as multitable.pack chunks
+        self.schema = schema  # several tables: packed.PACKED_DDL
+        parts = packed.option_schemas(options)
+        self.packed = parts is not None  # rows sent as packed.pack chunks
         self.multi = self.packed and options.get(multitable.ONE_OPTION) != "true"
         if self.packed and not self.multi:  # one table, packed: keyed as an unpacked one is
             parts = {self.cfg.table: parts[multitable.ONE_KEY]}
@@ -285,7 +286,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _shape(self, table: str | None, batch: pa.RecordBatch) -> pa.RecordBatch:
         if self.packed:
             key = table if self.multi else multitable.ONE_KEY
-            return multitable.pack(key, batch, self._arrow(table))
+            return packed.pack(key, batch, self._arrow(table))
         if self.out is None:
             return batch
         if table == DEAD_LETTERS:  # changerows.dead_letters: the records are in __source

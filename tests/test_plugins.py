@@ -20,12 +20,13 @@ counter = tests.toolkit_connectors:COUNTER
 broken = no_such_module_anywhere:CONNECTOR
 notone = json:dumps
 postgres = tests.toolkit_connectors:COUNTER
+shelves = tests.toolkit_connectors:SHELVES
 """
 
 
 @pytest.fixture
 def plugins(tmp_path):
-    """An installed package (its metadata on sys.path) that declares four entry points."""
+    """An installed package (its metadata on sys.path) that declares five entry points."""
     site = tmp_path / "site"
     meta = site / "fake_plugins-1.2.3.dist-info"
     meta.mkdir(parents=True)
@@ -111,3 +112,44 @@ def test_a_plugin_source_and_sink_run_end_to_end_with_dead_letters(plugins, work
     worker.wait_for_once()
     assert worker.catalog.get_connector("o").state == "FINISHED"
     assert sorted(r["id"] for r in written(out)) == [i for (i,) in ids]
+
+
+@pytest.mark.spark
+def test_a_plugin_source_of_several_tables_fills_a_stream_per_table(plugins, worker):
+    create = (
+        "CREATE SOURCE CONNECTOR s FROM shelves INTO shop WITH (count = 20, bad = 5,"
+        " 'batch.max.records' = 7, run = 'once', 'errors.tolerance' = 'all',"
+        " 'errors.deadletter.stream' = 'shop_dlq')"
+    )
+    (plan,) = run(worker, "EXPLAIN " + create)
+    assert ("tables", "books -> shop_books, pens -> shop_pens") in plan.rows
+    run(worker, create)
+    worker.wait_for_once()
+    assert worker.catalog.get_connector("s").state == "FINISHED"
+    good = [i for i in range(20) if i % 5 != 4]
+    books = run(worker, "SELECT id, title FROM shop_books ORDER BY id")[0].rows
+    assert books == [(i, f"record {i}") for i in good if i % 2 == 0]
+    pens = run(worker, "SELECT id, color FROM shop_pens ORDER BY id")[0].rows
+    assert pens == [(i, f"c{i}") for i in good if i % 2 == 1]
+    assert worker.catalog.get_stream("shop_books").key == "id"
+    assert worker.catalog.get_stream("shop_pens").schema == "`id` BIGINT, `color` STRING"
+    dead = run(worker, "SELECT source_offset, error_message, raw_record FROM shop_dlq ORDER BY 3")
+    assert dead[0].rows == [(f'{{"n": {i}}}', "not a number", f"#{i}") for i in (14, 19, 4, 9)]
+
+
+@pytest.mark.spark
+def test_a_several_table_sources_bad_record_or_unknown_table_fails_it_naming_why(plugins, worker):
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR a FROM shelves INTO x WITH (count = 9, bad = 4, run = 'once')",
+    )
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR b FROM shelves INTO y WITH (count = 3, stray = true, run = 'once')",
+    )
+    worker.wait_for_once()
+    a, b = worker.catalog.get_connector("a"), worker.catalog.get_connector("b")
+    assert a.state == b.state == "FAILED"
+    assert 'a record at {"n": 3} does not parse: not a number' in a.last_error
+    assert "yields (table, records) pairs of its tables (books, pens), not ('cups'" in b.last_error
+    assert run(worker, "SELECT count(*) FROM x_books")[0].rows == [(0,)]

@@ -10,7 +10,7 @@ from connectql.errors import PermanentError
 from connectql.runtime.engine import field_lag, lag
 from connectql.toolkit.spark import Pacer
 from connectql.toolkit.testing import SinkRun, SourceRun
-from tests.toolkit_connectors import Counter, JsonDir, written
+from tests.toolkit_connectors import Counter, JsonDir, Shelves, written
 
 pytestmark = pytest.mark.spark
 
@@ -27,6 +27,18 @@ def test_a_source_stopped_part_way_resumes_from_its_checkpoint_and_a_replay_adds
     rows = run.rows()
     assert sorted(r["id"] for r in rows) == list(range(50))
     assert {r["text"] for r in rows} >= {"record 0", "record 49"}
+
+
+def test_a_source_of_several_tables_resumes_and_replays_each_tables_rows_once(spark, tmp_path):
+    run = SourceRun(Shelves, {"count": 30, "tasks.max": 2}, tmp_path, max_records=10)
+    run.batches(1)
+    assert 0 < len(run.rows("books")) < 15  # ids 0..9 at most: the read limit
+    run.to_end()
+    run.replay_last_batch()
+    books, pens = run.rows("books"), run.rows("pens")
+    assert sorted(r["id"] for r in books) == list(range(0, 30, 2))
+    assert sorted((r["id"], r["color"]) for r in pens) == [(i, f"c{i}") for i in range(1, 30, 2)]
+    assert run.rows("cups") == []
 
 
 def test_a_retryable_error_is_retried_and_a_bad_record_fails_naming_its_offset(spark, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from connectql.toolkit import Connector, DeadLetter, Option, Retryable, Sink, Source
+from connectql.toolkit import Connector, DeadLetter, Option, Retryable, Sink, Source, Table
 
 
 class Counter(Source):
@@ -57,6 +57,34 @@ class Counter(Source):
                 yield {"id": i, "text": f"record {i}"}
 
 
+class Shelves(Counter):
+    """Counter's records on two tables: even ids are books (dicts), odd ids pens (one-row
+    RecordBatches, columns in another order); `stray`: a record of a table it does not have."""
+
+    options = (*Counter.options, Option("stray", "bool", False, doc="yield an unknown table"))
+
+    def tables(self):
+        books = pa.schema([("id", pa.int64()), ("title", pa.string())])
+        return [Table("books", books, ("id",)), Table("pens", "id BIGINT, color STRING")]
+
+    def read(self, partition):
+        if self.options["stray"]:
+            yield "cups", {"id": 0}
+        for record in super().read(partition):
+            if isinstance(record, DeadLetter):
+                yield record
+            elif record["id"] % 2 == 0:
+                yield "books", {"id": record["id"], "title": record["text"]}
+            else:
+                color = pa.array([f"c{record['id']}"])
+                yield (
+                    "pens",
+                    pa.RecordBatch.from_arrays(
+                        [color, pa.array([record["id"]])], names=["color", "id"]
+                    ),
+                )
+
+
 class JsonDir(Sink):
     """Each batch one JSON-lines file named for its writer and batch id, made visible by a
     rename (so the file is the record of the batch id: exactly-once)."""
@@ -89,3 +117,4 @@ def written(path) -> list[dict]:
 
 
 COUNTER = Connector("counter", "numbered test records", source=Counter, sink=JsonDir)
+SHELVES = Connector("shelves", "numbered test records in two tables", source=Shelves)

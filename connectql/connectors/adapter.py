@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from connectql.config import Option
-from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
+from connectql.connectors.base import Found, Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
 from connectql.errors import ConnectQLError, PlanError, ValidationError
 from connectql.toolkit.connector import Connector
@@ -66,21 +66,38 @@ def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
     _call(where, source.check)
     if opts.get("run") == "once":
         _call(where, source.available_now)
-    schema = ddl(_call(where, source.schema))
+    tables = _tables(where, source)
+    schema = None if tables else ddl(_call(where, source.schema))
     options = spark_options(connector.source, opts, _secret(connector.source.options))
     if opts.get("batch.max.records"):
         options[MAX_RECORDS_KEY] = str(opts["batch.max.records"])
-    tolerant = opts.get("errors.tolerance") == "all"
+    tolerant = opts.get("errors.tolerance") == "all" and not tables
     return ReaderSpec(
         "connectql_toolkit",
         options,
         schema=schema,
+        discover=(lambda: tables) if tables else None,
+        several=bool(tables),
         lag_field=connector.source.lag_field,
         lag_bytes_field=connector.source.lag_bytes_field,
         total_rows=_call(where, source.total_records),
         secret_options=_hidden(options),
         corrupt_column=DEAD_LETTER_COLUMN if tolerant else None,
     )
+
+
+def _tables(where: str, source) -> list[Found]:
+    """A several-table source's tables as the planner takes them (none: one table)."""
+    from connectql.toolkit.source import Table
+    from connectql.toolkit.spark import ddl
+
+    found = _call(where, source.tables) or []
+    if any(not isinstance(t, Table) for t in found):
+        raise PlanError(f"{where}: tables() returns connectql.toolkit.Table values")
+    names = [t.name for t in found]
+    if len(set(names)) < len(names) or any(not isinstance(n, str) or not n for n in names):
+        raise PlanError(f"{where}: tables() gives each table a name of its own: {names}")
+    return [Found(t.name, _call(where, ddl, t.schema), tuple(t.key)) for t in found]
 
 
 def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:

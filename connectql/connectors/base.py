@@ -42,6 +42,7 @@ class ReaderSpec:
     # tables): what it reads, one Found per table of a multi-table source; raises PlanError
     # naming what is wrong.
     discover: Callable[[], list[Found]] | None = field(default=None, compare=False)
+    several: bool = False  # discover finds several tables, each for a stream of its own
     endpoint: str | None = None  # host:port the reads wait on (named when a batch hangs)
     # one table's rows can travel packed (multitable.packed_one): a Spark row per chunk of rows
     packs: bool = False

@@ -9,7 +9,7 @@ from connectql.errors import PermanentError, ValidationError
 from connectql.toolkit.connector import Connector
 from connectql.toolkit.envelope import META_COLUMNS, OP, POS, SOURCE, TS_MS
 from connectql.toolkit.sink import Sink
-from connectql.toolkit.source import DeadLetter, Retryable, Source
+from connectql.toolkit.source import DeadLetter, Retryable, Source, Table
 
 __all__ = [
     "META_COLUMNS",
@@ -24,5 +24,6 @@ __all__ = [
     "Retryable",
     "Sink",
     "Source",
+    "Table",
     "ValidationError",
 ]

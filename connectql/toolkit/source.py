@@ -8,7 +8,7 @@ pacing (records per second), lag, retries of retryable errors and dead letters.
 What is called when, and where:
 
 * On the driver (the worker process), at CREATE and at every start: ``Source(options)``, then
-  ``check()`` and ``schema()``.
+  ``check()`` and ``tables()``, and ``schema()`` when ``tables()`` is None.
 * On the driver, at CREATE: ``total_records()`` (progress bars) and, with ``run = 'once'``,
   ``available_now()``; the latter again when such a query starts.
 * On the driver, once per micro-batch: ``latest_offset(start)``, ``end_offset(start, latest,
@@ -24,6 +24,12 @@ Offsets are JSON-able dicts of the connector's own shape (Kafka Connect's source
 offset), e.g. ``{"file": "b.csv", "line": 120}``. Spark stores them in the checkpoint, the one
 place they live. ``read`` of the same partition must give the same records every time: a
 micro-batch replayed after a crash is then identical (exactly-once into the stream).
+
+A source of several tables (a database's tables, a topic per table) returns them from
+``tables()``: each table's rows go to a stream of their own, ``<stream>_<table>``, and ``read``
+yields ``(table, records)`` pairs, ``records`` being any of what a one-table source yields (a
+RecordBatch, a Table, a dict) in that table's schema; DeadLetters as they are. The tables are
+fixed at CREATE (DROP and CREATE the connector to read others).
 """
 
 from __future__ import annotations
@@ -52,6 +58,16 @@ class DeadLetter:
     error_class: str = "MALFORMED_RECORD"
 
 
+@dataclass(frozen=True)
+class Table:
+    """One table of a several-table source: its name (its stream is `<stream>_<name>`), its
+    rows' schema (Spark DDL or a pyarrow Schema) and the columns that identify a row."""
+
+    name: str
+    schema: Any
+    key: tuple[str, ...] = ()
+
+
 class Source:
     """Base class of a source. Subclass it, declare `options`, implement the methods that raise
     NotImplementedError; the others have defaults."""
@@ -77,6 +93,11 @@ class Source:
     def check(self) -> None:
         """Driver, at CREATE and each start: raise ValidationError (connectql.toolkit) naming
         what is wrong with the options or the external system. Default: nothing to check."""
+
+    def tables(self) -> list[Table] | None:
+        """Driver, at CREATE and each start: the tables of a source that reads several, each
+        to a stream of its own, in the streams' order. Default: None (one table, `schema()`)."""
+        return None
 
     def schema(self) -> Any:
         """Driver: the rows' schema, as Spark DDL ('id BIGINT, name STRING') or a pyarrow
@@ -130,7 +151,8 @@ class Source:
 
     def read(self, partition: Any) -> Iterator[Any]:
         """Executor: the partition's records, in order, as pyarrow RecordBatches, or dicts
-        (column name -> value; the toolkit makes Arrow of them), or DeadLetters."""
+        (column name -> value; the toolkit makes Arrow of them), or DeadLetters; a source of
+        several tables yields (table name, records) pairs and DeadLetters."""
         raise NotImplementedError
 
     def commit(self, end: dict) -> None:

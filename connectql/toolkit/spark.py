@@ -34,6 +34,7 @@ from pyspark.sql.types import StructType
 from connectql.config import is_secret_key
 from connectql.errors import PermanentError
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
+from connectql.toolkit.packed import option_schemas, pack, pack_letters
 from connectql.toolkit.source import DeadLetter, Retryable, Source
 
 FORMAT = "connectql_toolkit"
@@ -114,11 +115,13 @@ class ToolkitDataSource(DataSource):
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A Source as Spark's stream reader: read limits, pacing, available-now, retries, dead
-    letters."""
+    letters; a source of several tables sends its rows packed (toolkit/packed.py)."""
 
     def __init__(self, source: Source, schema: StructType, options):
         self.source = source
         self.arrow_schema = arrow_schema(schema)
+        parts = option_schemas(options)
+        self.tables = {t: arrow_schema(s) for t, s in parts.items()} if parts else None
         given = int(options.get(MAX_RECORDS_KEY) or 0)
         self.max_records = given or source.default_max_records() or 0
         self.connector = options.get("connectql.connector") or type(source).__name__
@@ -172,29 +175,80 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         records = _first_retried(self.source, json.loads(partition.value))
+        if self.tables is not None:
+            yield from self._packed(records)
+            return
         yield from to_batches(records, self.arrow_schema, self.source.rows_per_batch, self._bad)
 
     def _bad(self, letter: DeadLetter) -> dict:
         """The row that carries a dead letter (errors.tolerance = 'all'), or the failure."""
         if DEAD_LETTER_COLUMN not in self.arrow_schema.names:
-            where = f" at {json.dumps(letter.offset)}" if letter.offset else ""
-            raise PermanentError(
-                f"{self.connector}: a record{where} does not parse: {letter.error}"
-                " (errors.tolerance = 'all' sends such records to a dead-letter stream)"
-            )
-        text = {
-            "source_offset": json.dumps(letter.offset) if letter.offset else None,
-            "error_class": letter.error_class,
-            "error_message": letter.error,
-            "raw_record": letter.raw,
-        }
+            self._refuse(letter)
+        text = _letter(letter)
+        text["source_offset"] = text.pop("offset")
         return {DEAD_LETTER_COLUMN: json.dumps(text)}
+
+    def _refuse(self, letter: DeadLetter) -> None:
+        where = f" at {json.dumps(letter.offset)}" if letter.offset else ""
+        raise PermanentError(
+            f"{self.connector}: a record{where} does not parse: {letter.error}"
+            " (errors.tolerance = 'all' sends such records to a dead-letter stream)"
+        )
+
+    def _packed(self, records: Iterator[Any]) -> Iterator[pa.RecordBatch]:
+        """A several-table source's (table, records) pairs as packed chunks, each table's
+        dict records gathered into batches; its dead letters packed last."""
+        size, rows, letters = self.source.rows_per_batch, {}, []
+        for record in records:
+            if isinstance(record, DeadLetter):
+                if self.source.options.get("errors.tolerance") != "all":
+                    self._refuse(record)
+                letters.append(_letter(record))
+                continue
+            table, value = self._table_of(record)
+            pending = rows.setdefault(table, [])
+            pending.append(value)
+            if isinstance(value, dict) and len(pending) < size:
+                continue
+            yield from self._pack(table, rows.pop(table))
+        for table, left in rows.items():
+            yield from self._pack(table, left)
+        if letters:
+            yield pack_letters(letters)
+
+    def _table_of(self, record) -> tuple[str, Any]:
+        if not (isinstance(record, tuple) and len(record) == 2 and record[0] in self.tables):
+            raise PermanentError(
+                f"{self.connector}: a source of several tables yields (table, records) pairs"
+                f" of its tables ({', '.join(self.tables)}), not {_shown(record)}"
+            )
+        return record
+
+    def _pack(self, table: str, records: list) -> Iterator[pa.RecordBatch]:
+        schema = self.tables[table]
+        for batch in to_batches(records, schema, self.source.rows_per_batch, self._refuse):
+            yield pack(table, batch, schema)
 
     def commit(self, end: dict) -> None:
         self.source.commit(end)
 
     def stop(self) -> None:
         self.source.close()
+
+
+def _letter(letter: DeadLetter) -> dict:
+    """A dead letter as runtime/deadletters.py reads a packed one."""
+    return {
+        "offset": json.dumps(letter.offset) if letter.offset else None,
+        "error_class": letter.error_class,
+        "error_message": letter.error,
+        "raw_record": letter.raw,
+    }
+
+
+def _shown(record) -> str:
+    text = repr(record)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class Pacer:

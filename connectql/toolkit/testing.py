@@ -5,7 +5,8 @@ and resume it from its checkpoint, replay its last batch, the way connectql runs
     run.batches(2)            # two micro-batches, then the query stops (offsets kept)
     run.to_end()              # resumes from the checkpoint: everything available now
     run.replay_last_batch()   # Spark forgets it committed the last batch and runs it again
-    assert run.rows() == expected   # each record once
+    assert run.rows() == expected   # each record once (a source of several tables:
+                                    # run.rows("books"), each table's rows)
 
 The classes must be importable by module name (not defined in __main__): Spark's Python
 processes rebuild them from "module:Qualname"."""
@@ -112,7 +113,16 @@ class SourceRun(_Run):
         )
         if self.max_records:
             options[MAX_RECORDS_KEY] = str(self.max_records)
-        schema = ddl(self.cls(self.options).schema())
+        source = self.cls(self.options)
+        tables = source.tables()
+        if tables:  # packed, as connectql sends several tables' rows
+            from pyspark.sql.types import StructType
+
+            from connectql.toolkit.packed import PACKED_DDL, SCHEMAS_OPTION, schemas_option
+
+            parts = [(t.name, StructType.fromDDL(ddl(t.schema))) for t in tables]
+            options[SCHEMAS_OPTION] = schemas_option(parts)
+        schema = PACKED_DDL if tables else ddl(source.schema())
         df = spark.readStream.format(FORMAT).options(**options).schema(schema).load()
         return (
             df.writeStream.format("parquet")
@@ -121,14 +131,20 @@ class SourceRun(_Run):
             .start(str(self.output))
         )
 
-    def rows(self) -> list[dict]:
-        """Every committed row, in no particular order."""
+    def rows(self, table: str | None = None) -> list[dict]:
+        """Every committed row (of `table`, for a source of several tables; its dead letters
+        are the table ''), in no particular order."""
         import pyarrow.parquet as pq
 
         from connectql.catalog.streams import committed_files
+        from connectql.toolkit.packed import by_table
 
         files = committed_files(self.output) if self.output.exists() else []
-        return [r for f in files for r in pq.read_table(f).to_pylist()]
+        read = [pq.read_table(f) for f in files]
+        if table is None:
+            return [r for t in read for r in t.to_pylist()]
+        found = by_table(pa.concat_tables(read)) if read else {}
+        return found[table].to_pylist() if table in found else []
 
 
 class SinkRun(_Run):

@@ -29,7 +29,6 @@ from connectql.connectors.base import ReaderSpec
 from connectql.connectors.multitable import (
     FAILED_OPTION,
     packed_one,
-    patterns,
     with_tables_schemas,
 )
 from connectql.connectors.options import is_secret_key, validate
@@ -575,7 +574,7 @@ class Worker:
             c.name, kind, c.type, c.stream, c.options, getattr(c, "select", None)
         )
         plan = self._plan(entry)
-        if kind == "source" and patterns(c.options.get("table")) and plan.reader.discover:
+        if kind == "source" and plan.reader.several:
             # the tables the list resolves to now; a PlanError names an item matching none
             found = [f for f in plan.reader.discover() if f.table is not None]
             plan = self._with_tables(plan, found)

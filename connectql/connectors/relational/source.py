@@ -165,6 +165,7 @@ def reader_spec(
         # the toolkit's column
         corrupt_column=DEAD_LETTER_COLUMN if tolerant and not cfg.patterns else None,
         packs=not cfg.patterns,
+        several=bool(cfg.patterns),
     )
 
 

@@ -248,7 +248,7 @@ def test_sink_refusals_and_alter_initial_state(worker, tmp_path):
             f"CREATE SINK CONNECTOR f TO file FROM s WITH (path = '{tmp_path / 'o'}',"
             " 'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'dl')",
         )
-    # s3's is a toolkit sink: the toolkit gives sinks no dead-letter path
+    # s3's is a toolkit sink that rejects no row: nothing would become a dead letter
     with pytest.raises(ConnectQLError, match="s3 sink refuses errors.tolerance = 'all'"):
         run(
             worker,

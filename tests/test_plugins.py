@@ -3,6 +3,7 @@ with where they come from, usable in CREATE, and a broken one listed with why, n
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -12,7 +13,7 @@ from connectql.config import validate
 from connectql.connectors import registry
 from connectql.errors import PlanError
 from connectql.planner.plan import _spec_text
-from tests.helpers import run
+from tests.helpers import run, wait_until
 from tests.toolkit_connectors import written
 
 ENTRY_POINTS = """[connectql.connectors]
@@ -21,12 +22,13 @@ broken = no_such_module_anywhere:CONNECTOR
 notone = json:dumps
 postgres = tests.toolkit_connectors:COUNTER
 shelves = tests.toolkit_connectors:SHELVES
+picky = tests.toolkit_connectors:PICKY
 """
 
 
 @pytest.fixture
 def plugins(tmp_path):
-    """An installed package (its metadata on sys.path) that declares five entry points."""
+    """An installed package (its metadata on sys.path) that declares six entry points."""
     site = tmp_path / "site"
     meta = site / "fake_plugins-1.2.3.dist-info"
     meta.mkdir(parents=True)
@@ -153,3 +155,31 @@ def test_a_several_table_sources_bad_record_or_unknown_table_fails_it_naming_why
     assert 'a record at {"n": 3} does not parse: not a number' in a.last_error
     assert "yields (table, records) pairs of its tables (books, pens), not ('cups'" in b.last_error
     assert run(worker, "SELECT count(*) FROM x_books")[0].rows == [(0,)]
+
+
+@pytest.mark.spark
+def test_rows_a_plugin_sink_rejects_are_dead_letters_or_fail_it(plugins, worker, tmp_path):
+    run(worker, "CREATE SOURCE CONNECTOR c FROM counter INTO nums WITH (count = 30, run = 'once')")
+    worker.wait_for_once()
+    run(
+        worker,
+        f"CREATE SINK CONNECTOR p TO picky FROM nums WITH (path = '{tmp_path / 'p'}',"
+        " run = 'once', 'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'nines')",
+    )
+    run(worker, f"CREATE SINK CONNECTOR q TO picky FROM nums WITH (path = '{tmp_path / 'q'}')")
+    worker.wait_for_once()
+    assert worker.catalog.get_connector("p").state == "FINISHED"
+    assert sorted(r["id"] for r in written(tmp_path / "p")) == [
+        i for i in range(30) if "9" not in str(i)
+    ]
+    dead = run(worker, "SELECT stage, error_class, error_message, raw_record FROM nines ORDER BY 4")
+    assert dead[0].rows == [
+        ("write", "ValueError", f"no nines: 'record {i}'", f'{{"id": {i}, "text": "record {i}"}}')
+        for i in (19, 29, 9)
+    ]
+    offsets = run(worker, "SELECT source_offset FROM nines")[0].rows
+    assert all(json.loads(o)["row"] in range(30) for (o,) in offsets)
+    wait_until(lambda: worker.catalog.get_connector("q").state == "FAILED", 120)
+    assert "the target rejects row 9 of the batch: no nines: 'record 9'" in (
+        worker.catalog.get_connector("q").last_error
+    )

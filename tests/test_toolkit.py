@@ -3,6 +3,8 @@ part way and resumed from the checkpoint, with a replayed batch."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 
@@ -10,7 +12,7 @@ from connectql.errors import PermanentError
 from connectql.runtime.engine import field_lag, lag
 from connectql.toolkit.spark import Pacer
 from connectql.toolkit.testing import SinkRun, SourceRun
-from tests.toolkit_connectors import Counter, JsonDir, Shelves, written
+from tests.toolkit_connectors import Counter, JsonDir, Picky, Shelves, written
 
 pytestmark = pytest.mark.spark
 
@@ -66,6 +68,25 @@ def test_a_sink_writes_each_batch_once_across_a_stop_and_a_replayed_batch(spark,
     run.to_end()
     assert run.replay_last_batch() >= 1  # files 1 and 2 arrive in one or two batches
     assert sorted(r["id"] for r in written(out)) == list(range(9))
+
+
+def test_rows_a_sink_rejects_are_dead_letters_once_across_a_replayed_batch(spark, tmp_path):
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    out = tmp_path / "out"
+    crash = tmp_path / "crash"
+    options = {"path": str(out), "crash": str(crash)}
+    run = SinkRun(Picky, options, tmp_path, schema, dead_letters=True)
+    run.add([{"id": i, "text": f"r{i}"} for i in range(12)])  # 9: one round
+    run.to_end()
+    run.add([{"id": i, "text": f"r{i}"} for i in (29, 30, 39, 49)])  # three rounds
+    crash.touch()  # ... after which the write fails: the batch is run again
+    with pytest.raises(AssertionError, match="the target went away"):
+        run.to_end()
+    run.to_end()
+    assert run.replay_last_batch() >= 0
+    assert sorted(r["id"] for r in written(out)) == [*range(9), 10, 11, 30]
+    dead = sorted((json.loads(r["raw_record"])["id"], r["error_class"]) for r in run.dead_letters())
+    assert dead == [(9, "ValueError"), (29, "ValueError"), (39, "ValueError"), (49, "ValueError")]
 
 
 def test_a_pace_needs_the_offset_key_that_counts_records():

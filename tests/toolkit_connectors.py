@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from connectql.toolkit import Connector, DeadLetter, Option, Retryable, Sink, Source, Table
+from connectql.toolkit import (
+    Connector,
+    DeadLetter,
+    Option,
+    Rejected,
+    Retryable,
+    Sink,
+    Source,
+    Table,
+)
 
 
 class Counter(Source):
@@ -108,6 +117,26 @@ class JsonDir(Sink):
         temp.replace(target)
 
 
+class Picky(JsonDir):
+    """JsonDir that refuses a record whose text has a 9, one per call (as a target that stops
+    at the first bad row would): the toolkit asks again, round after round. `crash`: a file
+    whose existence fails the write of the rows left (once: the write removes it)."""
+
+    options = (*JsonDir.options, Option("crash", doc="a file: while it exists, a write fails"))
+    rejects = True
+
+    def write(self, writer, batch_id, data):
+        texts = data.column("text").to_pylist()
+        bad = next((i for i, t in enumerate(texts) if "9" in t), None)
+        if bad is not None:
+            raise Rejected({bad: ValueError(f"no nines: {texts[bad]!r}")})
+        crash = self.options.get("crash")
+        if crash and os.path.exists(crash):
+            os.remove(crash)
+            raise RuntimeError("the target went away")
+        super().write(writer, batch_id, data)
+
+
 def written(path) -> list[dict]:
     return [
         json.loads(line)
@@ -117,4 +146,5 @@ def written(path) -> list[dict]:
 
 
 COUNTER = Connector("counter", "numbered test records", source=Counter, sink=JsonDir)
+PICKY = Connector("picky", "JSON files without nines", sink=Picky)
 SHELVES = Connector("shelves", "numbered test records in two tables", source=Shelves)

@@ -104,10 +104,10 @@ def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:
     from connectql.toolkit.spark import arrow_schema, spark_options
 
     where = f"{connector.type} sink"
-    if opts.get("errors.tolerance") == "all":
+    if opts.get("errors.tolerance") == "all" and not connector.sink.rejects:
         raise ValidationError(
-            f"{where} refuses errors.tolerance = 'all': a toolkit sink has no dead-letter"
-            " path, so a record it cannot write fails the batch whatever the option says"
+            f"{where} refuses errors.tolerance = 'all': it rejects no record it is given, so a"
+            " record it cannot write fails the batch whatever the option says"
         )
     sink = _call(where, connector.sink, opts)
     options = spark_options(connector.sink, opts, _secret(connector.sink.options))

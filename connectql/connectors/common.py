@@ -43,7 +43,7 @@ SOURCE_COMMON = {
             choices=("none", "all"),
             doc="'none': a bad record fails the connector; 'all': it goes to the dead-letter"
             " stream and the connector goes on; refused where no bad record can occur (datagen,"
-            " the file sink) and by sinks with no dead-letter path (s3 and other toolkit sinks)",
+            " the file and s3 sinks, toolkit sinks that reject no row)",
         ),
         Option(
             "errors.deadletter.stream",

@@ -25,13 +25,13 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors import streamsread
 from connectql.connectors.base import ReaderSpec
-from connectql.connectors.relational.sink import deadletter_name
 from connectql.errors import PlanError
 from connectql.errortext import short_error
 from connectql.planner.plan import STREAM_WRITER, Plan
 from connectql.runtime import deadletters
 from connectql.runtime.session import get_session
 from connectql.runtime.streamwriter import StreamWriter, writer_id
+from connectql.toolkit.envelope import deadletter_name
 from connectql.toolkit.packed import SCHEMAS_OPTION
 
 log = logging.getLogger("connectql.runtime")
@@ -417,12 +417,13 @@ class Stopper(threading.Thread):
 
 
 def rejected_rows(plan: Plan, batch_id: int) -> int:
-    """Rows a database sink's batch sent to its dead-letter stream (connectors/relational/sink.py)."""
+    """Rows a sink's batch sent to its dead-letter stream (relational/sink.py, toolkit/spark.py)."""
     import pyarrow.parquet as pq
 
-    name = deadletter_name(writer_id(plan.checkpoint), batch_id) + ".parquet"
-    path = Path(plan.deadletter_path) / name
-    return pq.ParquetFile(path).metadata.num_rows if path.exists() else 0
+    name = deadletter_name(writer_id(plan.checkpoint), batch_id)
+    folder = Path(plan.deadletter_path)  # a toolkit sink's later rounds: <name>-<round>
+    files = [*folder.glob(f"{name}.parquet"), *folder.glob(f"{name}-*.parquet")]
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
 def _transformed(df, plan: Plan):

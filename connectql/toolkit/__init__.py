@@ -8,7 +8,7 @@ from connectql.config import Option
 from connectql.errors import PermanentError, ValidationError
 from connectql.toolkit.connector import Connector
 from connectql.toolkit.envelope import META_COLUMNS, OP, POS, SOURCE, TS_MS
-from connectql.toolkit.sink import Sink
+from connectql.toolkit.sink import Rejected, Sink
 from connectql.toolkit.source import DeadLetter, Retryable, Source, Table
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "DeadLetter",
     "Option",
     "PermanentError",
+    "Rejected",
     "Retryable",
     "Sink",
     "Source",

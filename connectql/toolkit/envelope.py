@@ -1,7 +1,11 @@
 """The record envelope every connector and the runtime share: the change-data columns a row may
-carry beside its data, the tag of a several-table source's rows, and the dead-letter columns."""
+carry beside its data, the tag of a several-table source's rows, and the dead-letter columns
+(and a sink's dead letters)."""
 
 from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
 
 import pyarrow as pa
 
@@ -29,3 +33,27 @@ DEADLETTER_DDL = ", ".join(f"`{c}` STRING" for c in DEADLETTER_TEXT_COLUMNS) + "
 DEADLETTER_ARROW = pa.schema(
     [(c, pa.string()) for c in DEADLETTER_TEXT_COLUMNS] + [("time", pa.timestamp("us", tz="UTC"))]
 )
+
+
+def deadletter_name(writer_id: str, batch_id: int) -> str:
+    """The file of a sink batch's rejected rows in the dead-letter stream (one per batch, once)."""
+    return f"{writer_id}-b{batch_id}-rejected"
+
+
+def sink_dead_letters(connector: str, batch_id: int, rejected) -> pa.Table:
+    """Dead-letter rows of a sink batch's rejected rows, (raw record, its row in the batch,
+    error class, one-line message) each."""
+    now = datetime.now(timezone.utc)
+    rows = [
+        {
+            "connector": connector,
+            "stage": "write",
+            "source_offset": json.dumps({"batch": batch_id, "row": row}),
+            "error_class": error_class,
+            "error_message": message,
+            "raw_record": raw,
+            "time": now,
+        }
+        for raw, row, error_class, message in rejected
+    ]
+    return pa.Table.from_pylist(rows, schema=DEADLETTER_ARROW)

@@ -21,6 +21,13 @@ table or temporary files) and only publishes them in ``commit``.
 
 `writer` is a stable id of the connector's checkpoint (a new id after DROP and CREATE): record
 ``(writer, batch_id)`` with the data, and answer ``last_batch(writer)`` from the target.
+
+Records the target refuses (a value too long, a constraint): a sink with ``rejects = True``
+raises ``Rejected({row: why})`` from ``write`` having written nothing. With errors.tolerance =
+'all' the toolkit puts those rows in the dead-letter stream (once per batch, before the batch
+is recorded, so a replay neither loses nor repeats them) and calls ``write`` again with the
+other rows; otherwise the batch fails naming the first. The rows a sink rejects must be the
+same when a batch is replayed.
 """
 
 from __future__ import annotations
@@ -33,6 +40,15 @@ import pyarrow as pa
 from connectql.config import Option
 
 
+class Rejected(Exception):
+    """Raised by `write`, having written nothing: `rows` maps rows of its `data` (index) that
+    the target refuses to why (a message or the exception)."""
+
+    def __init__(self, rows: dict[int, str | BaseException]):
+        super().__init__(f"{len(rows)} rows rejected")
+        self.rows = dict(rows)
+
+
 class Sink:
     """Base class of a sink. Subclass it, declare `options` and `delivery`, implement `write`
     and `last_batch` (or `stage`, `commit`, `abort` and `last_batch`)."""
@@ -42,6 +58,8 @@ class Sink:
     #: what the sink promises: 'exactly-once' (last_batch answers from the target) or
     #: 'at-least-once' (last_batch returns None: a replayed batch is written again)
     delivery: ClassVar[str] = "exactly-once"
+    #: whether `write` may raise Rejected (then errors.tolerance = 'all' is accepted)
+    rejects: ClassVar[bool] = False
 
     def __init__(self, options: dict[str, Any]):
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""

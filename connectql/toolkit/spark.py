@@ -33,8 +33,9 @@ from pyspark.sql.types import StructType
 
 from connectql.config import is_secret_key
 from connectql.errors import PermanentError
-from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
+from connectql.toolkit.envelope import DEAD_LETTER_COLUMN, deadletter_name, sink_dead_letters
 from connectql.toolkit.packed import option_schemas, pack, pack_letters
+from connectql.toolkit.sink import Rejected, Sink
 from connectql.toolkit.source import DeadLetter, Retryable, Source
 
 FORMAT = "connectql_toolkit"
@@ -246,6 +247,13 @@ def _letter(letter: DeadLetter) -> dict:
     }
 
 
+def _why(error: str | BaseException) -> tuple[str, str]:
+    """(error class, one-line message) of a rejected row's reason."""
+    if isinstance(error, BaseException):
+        return type(error).__name__, " ".join(str(error).split())
+    return "REJECTED", " ".join(str(error).split())
+
+
 def _shown(record) -> str:
     text = repr(record)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -366,6 +374,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.sink = sink
         self.arrow_schema = arrow_schema(schema)
         self.writer = options.get("connectql.writer") or "default"
+        self.connector = options.get("connectql.connector") or type(sink).__name__
+        self.deadletter = options.get("connectql.deadletter")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         ctx = TaskContext.get()
@@ -379,7 +389,55 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if done is not None and done >= batchId:  # a replay of a batch already written
             self.sink.abort(self.writer, batchId, staged)
             return
-        self.sink.commit(self.writer, batchId, staged)
+        if type(self.sink).commit is Sink.commit:  # write(): rejected rows are dead letters
+            self._write(batchId, [t for t in staged if t is not None and t.num_rows])
+        else:
+            self.sink.commit(self.writer, batchId, staged)
+
+    def _write(self, batch_id: int, tables: list[pa.Table]) -> None:
+        """The batch's rows through `write`; while it raises Rejected (with a dead-letter
+        stream), the rejected rows set apart and the others written again. Each round's dead
+        letters are committed before the next write, so the one that records the batch comes
+        after all of them (a replay finds them committed, by name, and adds none)."""
+        if not tables:
+            return
+        data = pa.concat_tables(tables, promote_options="permissive")
+        rows, rejected, rounds = list(range(data.num_rows)), [], []  # rows: places in data
+        while True:
+            if len(rejected) > sum(rounds):
+                self._dead_letters(batch_id, data, rejected[sum(rounds) :], len(rounds))
+                rounds.append(len(rejected) - sum(rounds))
+            if not rows:
+                return
+            try:
+                self.sink.write(self.writer, batch_id, data.take(rows) if rejected else data)
+                return
+            except Rejected as r:
+                rejected += self._rejected(r, rows)
+                rows = [n for i, n in enumerate(rows) if i not in r.rows]
+
+    def _rejected(self, r: Rejected, rows: list[int]) -> list[tuple[int, str, str]]:
+        bad = sorted(i for i in r.rows if 0 <= i < len(rows))
+        if not bad:
+            raise PermanentError(f"{self.connector}: Rejected names no row of the batch")
+        why = [_why(r.rows[i]) for i in bad]
+        if not self.deadletter:
+            raise PermanentError(
+                f"{self.connector}: the target rejects row {rows[bad[0]]} of the batch:"
+                f" {why[0][1]} (errors.tolerance = 'all' sends such rows to a dead-letter stream)"
+            )
+        return [(rows[i], c, m) for i, (c, m) in zip(bad, why, strict=True)]
+
+    def _dead_letters(self, batch_id: int, data: pa.Table, rejected, round_: int) -> None:
+        from connectql.catalog.streams import append_table
+
+        picked = data.take([n for n, _c, _m in rejected]).to_pylist()
+        rows = [
+            (json.dumps(row, default=str), n, c, m)
+            for row, (n, c, m) in zip(picked, rejected, strict=True)
+        ]
+        name = deadletter_name(self.writer, batch_id) + (f"-{round_}" if round_ else "")
+        append_table(self.deadletter, name, sink_dead_letters(self.connector, batch_id, rows))
 
     def abort(self, messages: list[Staged], batchId: int) -> None:  # noqa: N803
         self.sink.abort(self.writer, batchId, [m.value for m in messages if m is not None])

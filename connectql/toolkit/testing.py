@@ -149,13 +149,19 @@ class SourceRun(_Run):
 
 class SinkRun(_Run):
     """A toolkit Sink fed from a Parquet input directory, one file per micro-batch, as a sink
-    connector reads its stream: add(table) puts the next file there."""
+    connector reads its stream: add(table) puts the next file there. `dead_letters=True`: the
+    rows it rejects go to a dead-letter stream (errors.tolerance = 'all'), see dead_letters()."""
 
-    def __init__(self, cls, options: dict[str, Any], workdir, schema: pa.Schema):
+    def __init__(
+        self, cls, options: dict[str, Any], workdir, schema: pa.Schema, dead_letters=False
+    ):
         super().__init__(workdir)
         self.cls, self.options, self.schema = cls, _validated(cls, options), schema
         self.input = self.workdir / "input"
         self.input.mkdir(parents=True, exist_ok=True)
+        self.deadletter = self.workdir / "deadletters" if dead_letters else None
+        if self.deadletter:
+            (self.deadletter / "_spark_metadata").mkdir(parents=True, exist_ok=True)
         self._files = 0
         self.sink = cls(self.options)
         self.sink.check(schema)
@@ -176,6 +182,8 @@ class SinkRun(_Run):
             self.cls, self.options, {o.name for o in self.cls.options if o.secret}
         )
         options["connectql.writer"] = "test"
+        if self.deadletter:
+            options["connectql.deadletter"] = str(self.deadletter)
         df = (
             spark.readStream.schema(ddl(self.schema))
             .option("maxFilesPerTrigger", 1)
@@ -188,3 +196,13 @@ class SinkRun(_Run):
             .trigger(**trigger)
             .start()
         )
+
+    def dead_letters(self) -> list[dict]:
+        """The rows of the dead-letter stream (connector, stage, source_offset, error_class,
+        error_message, raw_record, time), in no particular order."""
+        import pyarrow.parquet as pq
+
+        from connectql.catalog.streams import committed_files
+
+        files = committed_files(self.deadletter) if self.deadletter else []
+        return [r for f in files for r in pq.read_table(f).to_pylist()]

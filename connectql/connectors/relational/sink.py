@@ -9,7 +9,6 @@ import json
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +24,13 @@ from connectql.connectors.options import Option, from_spark_options, to_spark_op
 from connectql.connectors.relational.bounds import check_bounds, endpoint
 from connectql.connectors.relational.lending import Lender
 from connectql.errors import PlanError
-from connectql.toolkit.envelope import DEADLETTER_ARROW, META_COLUMNS, UNCHANGED  # noqa: F401
+from connectql.toolkit.envelope import (  # noqa: F401
+    DEADLETTER_ARROW,
+    META_COLUMNS,
+    UNCHANGED,
+    deadletter_name,
+    sink_dead_letters,
+)
 
 SEQ_COLUMN = "__cq_seq"  # a staged row's place in the batch: partition << 40 | row number
 PROGRESS_TABLE = "connectql_sink_progress"
@@ -209,11 +214,6 @@ def check_columns(names: list[str], s: SinkSettings, where: str) -> None:
         )
 
 
-def deadletter_name(writer_id: str, batch_id: int) -> str:
-    """The file of a batch's rejected rows in the dead-letter stream (one per batch, once)."""
-    return f"{writer_id}-b{batch_id}-rejected"
-
-
 def stage_name(writer_id: str, batch_id: int, partition: int) -> str:
     return f"{stage_prefix(writer_id)}{batch_id}_{partition}"
 
@@ -289,23 +289,8 @@ def isolate(
 def dead_letters(s: SinkSettings, batch_id: int, rejected, describe) -> pa.Table:
     """Rows of the dead-letter stream for a batch's rejected rows; describe(error) gives its
     (class, one-line message)."""
-
-    now = datetime.now(timezone.utc)
-    rows = []
-    for raw, seq, e in rejected:
-        error_class, message = describe(e)
-        rows.append(
-            {
-                "connector": s.connector,
-                "stage": "write",
-                "source_offset": json.dumps({"batch": batch_id, "row": seq}),
-                "error_class": error_class,
-                "error_message": message,
-                "raw_record": raw,
-                "time": now,
-            }
-        )
-    return pa.Table.from_pylist(rows, schema=DEADLETTER_ARROW)
+    rows = [(raw, seq, *describe(e)) for raw, seq, e in rejected]
+    return sink_dead_letters(s.connector, batch_id, rows)
 
 
 @dataclass(frozen=True)

@@ -183,3 +183,21 @@ def test_rows_a_plugin_sink_rejects_are_dead_letters_or_fail_it(plugins, worker,
     assert "the target rejects row 9 of the batch: no nines: 'record 9'" in (
         worker.catalog.get_connector("q").last_error
     )
+
+
+@pytest.mark.spark
+def test_a_plugin_names_where_it_waits_and_cleans_up_when_dropped(plugins, worker, tmp_path):
+    plugin = registry.lookup("counter", "source")
+    spec = plugin.plan_source(validate(plugin.source_options, {"count": 3}, "test"))
+    assert spec.endpoint == "counter.test:9"  # named when a batch hangs
+    marker = tmp_path / "m"
+    run(
+        worker,
+        f"CREATE SOURCE CONNECTOR c FROM counter INTO n WITH (count = 3, dropped = '{marker}',"
+        " 'initial.state' = 'paused')",
+    )
+    run(worker, f"CREATE SINK CONNECTOR o TO counter FROM n WITH (path = '{tmp_path / 'o'}')")
+    assert run(worker, "DROP CONNECTOR o")[0].message == "dropped connector o"
+    assert not marker.exists()  # the source's cleanup is not the sink's
+    assert run(worker, "DROP CONNECTOR c")[0].message == f"dropped connector c; wrote {marker}"
+    assert marker.read_text() == "c"

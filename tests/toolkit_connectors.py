@@ -32,6 +32,7 @@ class Counter(Source):
         Option("flaky", doc="a file: while it exists, a read fails once with Retryable"),
         Option("tasks.max", "int", 1, doc="partitions per batch"),
         Option("token", secret=True, doc="a secret the source never shows"),
+        Option("dropped", doc="a file DROP CONNECTOR writes the connector's name into"),
     )
     lag_field = "n"
     retry_backoff_ms = 10
@@ -52,6 +53,16 @@ class Counter(Source):
         lo, hi, k = start["n"], end["n"], self.options["tasks.max"]
         cuts = [lo + (hi - lo) * i // k for i in range(k + 1)]
         return [{"lo": a, "hi": b} for a, b in pairwise(cuts) if b > a]
+
+    def endpoint(self):
+        return "counter.test:9"
+
+    def on_drop(self, connector):
+        marker = self.options.get("dropped")
+        if not marker:
+            return None
+        Path(marker).write_text(connector)
+        return f"wrote {marker}"
 
     def read(self, partition):
         flaky = self.options.get("flaky")

@@ -35,7 +35,13 @@ def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
         else None,
         delivery=sink.delivery if sink else "",
         origin=origin,
+        on_drop=lambda opts, name, kind: _dropped(connector, opts, name, kind),
     )
+
+
+def _dropped(connector: Connector, opts: dict[str, Any], name: str, kind: str) -> str | None:
+    cls = connector.source if kind == "source" else connector.sink
+    return cls(opts).on_drop(name) if cls is not None else None
 
 
 def _named(opts: dict[str, Any], stream) -> dict[str, Any]:
@@ -83,6 +89,7 @@ def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
         total_rows=_call(where, source.total_records),
         secret_options=_hidden(options),
         corrupt_column=DEAD_LETTER_COLUMN if tolerant else None,
+        endpoint=_call(where, source.endpoint),
     )
 
 
@@ -117,6 +124,7 @@ def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:
         secret_options=_hidden(options),
         check=lambda struct: _call(where, sink.check, arrow_schema(struct)),
         interval_ms=_call(where, sink.flush_interval_ms),
+        endpoint=_call(where, sink.endpoint),
     )
 
 

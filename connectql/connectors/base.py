@@ -76,9 +76,9 @@ class Plugin:
     sink_options: dict[str, Option] | None = None  # None: cannot be a sink
     plan_source: Callable[[dict[str, Any]], ReaderSpec] | None = None
     plan_sink: Callable[[dict[str, Any], Any], WriterSpec] | None = None  # (options, StreamEntry)
-    # DROP CONNECTOR's cleanup in the external system, (resolved options, connector name) ->
-    # what it did, or None
-    on_drop: Callable[[dict[str, Any], str], str | None] | None = None
+    # DROP CONNECTOR's cleanup in the external system, (resolved options, connector name,
+    # 'source' or 'sink') -> what it did, or None
+    on_drop: Callable[[dict[str, Any], str, str], str | None] | None = None
     delivery: str = ""  # what a sink promises: 'exactly-once' or 'at-least-once'
     installed: bool = True
     aliases: tuple[str, ...] = ()

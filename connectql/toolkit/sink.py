@@ -96,5 +96,15 @@ class Sink:
     def abort(self, writer: str, batch_id: int, staged: list[Any]) -> None:
         """Driver: the batch failed; undo what `stage` left. Default: nothing (it wrote nothing)."""
 
+    def endpoint(self) -> str | None:
+        """Driver, at CREATE and each start: where writes wait (e.g. 'host:port'), named when a
+        batch hangs. Default: None."""
+        return None
+
+    def on_drop(self, connector: str) -> str | None:
+        """Driver, at DROP CONNECTOR `connector`: remove what the sink keeps in the target for
+        it (e.g. its progress rows); returns what it did, or None. Default: nothing."""
+        return None
+
     def close(self) -> None:
         """Driver: the query stops."""

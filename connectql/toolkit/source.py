@@ -158,5 +158,16 @@ class Source:
     def commit(self, end: dict) -> None:
         """Driver: every record up to `end` is in the stream (e.g. acknowledge, delete)."""
 
+    def endpoint(self) -> str | None:
+        """Driver, at CREATE and each start: where reads wait (e.g. 'host:port'), named when a
+        batch hangs ("waiting 75 s on host:port (source read)"). Default: None."""
+        return None
+
+    def on_drop(self, connector: str) -> str | None:
+        """Driver, at DROP CONNECTOR `connector`: remove what the source keeps in the external
+        system for it (a consumer group, a replication slot); returns what it did, shown to the
+        user, or None. If it raises, the connector is dropped anyway and the error shown."""
+        return None
+
     def close(self) -> None:
         """Driver: the query stops."""

@@ -615,7 +615,7 @@ class Worker:
             options = resolve(
                 validate(plugin.options_for(entry.kind), entry.options, where), self.secrets
             )
-            return plugin.on_drop(options, entry.name)
+            return plugin.on_drop(options, entry.name, entry.kind)
         except Exception as e:  # the connector goes anyway; say what was left behind
             return self._scrub(f"cleanup failed: {short_error(str(e))}")
 

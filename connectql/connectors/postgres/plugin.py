@@ -53,7 +53,7 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
 DROP_BOUNDS = {"connect.timeout.ms": 3000, "read.timeout.ms": 10_000}
 
 
-def drop_source(opts: dict[str, Any], connector: str) -> str | None:
+def drop_source(opts: dict[str, Any], connector: str, kind: str) -> str | None:
     """DROP CONNECTOR of a cdc source drops its replication slot (it would pin WAL forever) and
     its publication (named as the slot), within DROP_BOUNDS (or the connector's own, if
     shorter)."""
@@ -61,7 +61,7 @@ def drop_source(opts: dict[str, Any], connector: str) -> str | None:
     from connectql.connectors.postgres.client import connect
     from connectql.connectors.postgres.source import default_slot
 
-    if opts.get("mode", "cdc") != "cdc":
+    if kind != "source" or opts.get("mode", "cdc") != "cdc":
         return None
     slot = opts.get("slot.name") or default_slot(connector)
     with connect(drop_config(opts), autocommit=True) as conn:

@@ -14,7 +14,7 @@
    order alternates per repetition. Each result is checked by value with DuckDB over the files
    committed in the sink's `_spark_metadata` log: exactly N rows, N distinct ids, 0..N-1.
    Between repetitions a Worker is released without stopping the SparkSession (see release());
-   the last one is closed with Worker.close() at the end of the section, which stops it.
+   the session is stopped at the end of the section.
 2. Start latency. `connectql --home H run script.sql` with a continuous datagen source
    (1000 rows/s) runs as a subprocess; the time from launch to the stream's first committed
    batch (`H/streams/s/_spark_metadata/0`, polled every 20 ms) is compared with the time a fresh
@@ -286,7 +286,9 @@ def throughput(n: int, repeat: int) -> list[Run]:
         order = ("connectql", "baseline") if rep % 2 == 0 else ("baseline", "connectql")
         runs += [one_pass(p, n, f"rep {rep + 1}", workers) for p in order]
         console.print(f"  rep {rep + 1}/{repeat} done ({' then '.join(order)})")
-    workers[-1].close()  # the last Worker closes for real: this stops the SparkSession
+    from connectql.runtime.session import stop_session
+
+    stop_session()  # every Worker was released (catalog closed); the session goes last
     return runs
 
 

@@ -457,7 +457,7 @@ class Worker:
         self.catalog.set_state(name, states.STARTING, reason)
         if plan.kind == "sink" and plan.run == "once":
             self._wait_for_feeders(plan.streams)
-        self.engine.start(_packed(plan))
+        self.engine.start(_packed(plan, self.engine.resolve_schema))
         self.supervisor.started(name)
         with self.catalog.lock:  # a once-query may have finished already
             if self.catalog.state_of(name) == states.STARTING:
@@ -684,13 +684,14 @@ def _resolved(key: str, value: str) -> str:
         return ""
 
 
-def _packed(plan: Plan) -> Plan:
+def _packed(plan: Plan, resolve) -> Plan:
     """A one-table source's plan that moves its rows packed when its reader can (and sends no
-    dead letters, which travel in the rows' own column)."""
+    dead letters, which travel in the rows' own column); `resolve(reader)`: its StructType (the
+    engine's, which waits for a session still starting: parsing DDL needs the JVM)."""
     r = plan.reader
     if plan.kind != "source" or not r.packs or r.corrupt_column or plan.table_paths:
         return plan
-    struct = StructType.fromDDL(r.schema)
+    struct = resolve(r)
     if len(_timestamp_kinds(struct)) > 1:  # Spark writes each its own way; pyarrow one for all
         return plan
     return replace(plan, reader=packed_one(r, struct))

@@ -13,8 +13,8 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 
-from connectql.connectors import multitable
 from connectql.errors import ConnectQLError, PlanError
+from connectql.toolkit import packed
 from tests.helpers import (
     lag_below,
     read_parquet_rows,
@@ -330,7 +330,7 @@ def test_a_one_table_source_moves_chunks_and_counts_rows(worker, pg_shared, db):
           {connection(pg_shared, name)}, table = 'ev', mode = 'bulk', run = 'once')""",
     )
     worker.wait_for_once()
-    assert multitable.ONE_OPTION in worker.engine.plans["ev_src"].reader.options
+    assert packed.ONE_OPTION in worker.engine.plans["ev_src"].reader.options
     assert run(worker, "SELECT rows_total FROM connectors WHERE name = 'ev_src'")[0].rows == [
         (3000,)
     ]

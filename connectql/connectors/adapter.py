@@ -90,6 +90,7 @@ def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
         secret_options=_hidden(options),
         corrupt_column=DEAD_LETTER_COLUMN if tolerant else None,
         endpoint=_call(where, source.endpoint),
+        packs=not tables,
     )
 
 

@@ -10,14 +10,10 @@ import fnmatch
 from pyspark.sql.types import StructType
 
 from connectql.errors import PlanError
-from connectql.toolkit.packed import PACKED_DDL, SCHEMAS_OPTION, schemas_option
+from connectql.toolkit.packed import ONE_KEY, ONE_OPTION, PACKED_DDL, SCHEMAS_OPTION, schemas_option
 
 # the reader option listing (JSON) the tables stopped by a value they cannot read (catalog)
 FAILED_OPTION = "connectql.tables.failed"
-# the reader option saying that the one table of SCHEMAS_OPTION is a one-table source's, packed
-# only to move its rows cheaply (its offsets, errors and dead letters stay a one-table source's)
-ONE_OPTION = "connectql.tables.one"
-ONE_KEY = ""  # the `__table` of a one-table source's packed rows
 
 
 def patterns(table: str | None) -> tuple[str, ...]:

@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
-from connectql.connectors.multitable import ONE_KEY, ONE_OPTION
 from connectql.errortext import short_error
 from connectql.runtime.streamwriter import Output
 from connectql.toolkit.envelope import (  # noqa: F401 (re-exported)
@@ -22,7 +21,7 @@ from connectql.toolkit.envelope import (  # noqa: F401 (re-exported)
     DEADLETTER_DDL,
 )
 from connectql.toolkit.envelope import DEADLETTER_TEXT_COLUMNS as TEXT_COLUMNS  # noqa: F401
-from connectql.toolkit.packed import DEAD_LETTERS
+from connectql.toolkit.packed import DEAD_LETTERS, ONE_KEY, ONE_OPTION
 
 FILE_COLUMN = "__connectql_file"
 

@@ -22,10 +22,9 @@ import pyarrow.parquet as pq
 from pyspark import TaskContext
 
 from connectql.catalog.streams import append_files, append_table, committed_files
-from connectql.connectors.multitable import ONE_KEY
 from connectql.errors import PermanentError, SchemaEvolved, cause
 from connectql.errortext import short_error
-from connectql.toolkit.packed import ROWS_COLUMN, by_table
+from connectql.toolkit.packed import ONE_KEY, ROWS_COLUMN, by_table
 
 log = logging.getLogger("connectql.runtime")
 

@@ -19,6 +19,10 @@ SCHEMAS_OPTION = "connectql.tables.schemas"
 PACKED_DDL = f"`{TABLE_COLUMN}` STRING, `{ROWS_COLUMN}` BINARY"
 # a chunk's size at most (about): one Spark row holds it whole
 PACK_BYTES = 8 * 1024 * 1024
+# the reader option saying that the one table of SCHEMAS_OPTION is a one-table source's, packed
+# only to move its rows cheaply (its offsets, errors and dead letters stay a one-table source's)
+ONE_OPTION = "connectql.tables.one"
+ONE_KEY = ""  # the `__table` of a one-table source's packed rows
 # the __table of a several-table source's dead letters (no table is named ''): rows whose
 # __source holds each record's JSON (offset, error_class, error_message, raw_record)
 DEAD_LETTERS = ""

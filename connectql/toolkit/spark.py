@@ -34,7 +34,7 @@ from pyspark.sql.types import StructType
 from connectql.config import is_secret_key
 from connectql.errors import PermanentError
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN, deadletter_name, sink_dead_letters
-from connectql.toolkit.packed import option_schemas, pack, pack_letters
+from connectql.toolkit.packed import ONE_KEY, ONE_OPTION, option_schemas, pack, pack_letters
 from connectql.toolkit.sink import Rejected, Sink
 from connectql.toolkit.source import DeadLetter, Retryable, Source
 
@@ -123,6 +123,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.arrow_schema = arrow_schema(schema)
         parts = option_schemas(options)
         self.tables = {t: arrow_schema(s) for t, s in parts.items()} if parts else None
+        self.one = options.get(ONE_OPTION) == "true"  # one table's records, packed
         given = int(options.get(MAX_RECORDS_KEY) or 0)
         self.max_records = given or source.default_max_records() or 0
         self.connector = options.get("connectql.connector") or type(source).__name__
@@ -197,8 +198,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def _packed(self, records: Iterator[Any]) -> Iterator[pa.RecordBatch]:
-        """A several-table source's (table, records) pairs as packed chunks, each table's
-        dict records gathered into batches; its dead letters packed last."""
+        """A several-table source's (table, records) pairs (a one-table source's records) as
+        packed chunks, each table's dict records gathered into batches; its dead letters
+        packed last."""
         size, rows, letters = self.source.rows_per_batch, {}, []
         for record in records:
             if isinstance(record, DeadLetter):
@@ -206,7 +208,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self._refuse(record)
                 letters.append(_letter(record))
                 continue
-            table, value = self._table_of(record)
+            table, value = (ONE_KEY, record) if self.one else self._table_of(record)
             pending = rows.setdefault(table, [])
             pending.append(value)
             if isinstance(value, dict) and len(pending) < size:

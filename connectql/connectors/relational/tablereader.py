@@ -167,9 +167,9 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema  # several tables: packed.PACKED_DDL
         parts = packed.option_schemas(options)
         self.packed = parts is not None  # rows sent as packed.pack chunks
-        self.multi = self.packed and options.get(multitable.ONE_OPTION) != "true"
+        self.multi = self.packed and options.get(packed.ONE_OPTION) != "true"
         if self.packed and not self.multi:  # one table, packed: keyed as an unpacked one is
-            parts = {self.cfg.table: parts[multitable.ONE_KEY]}
+            parts = {self.cfg.table: parts[packed.ONE_KEY]}
         self.schemas: dict[str | None, StructType] = parts or {self.cfg.table: schema}
         self.tables: list[str | None] = list(self.schemas)
         # several tables: those stopped by a value they cannot read (errors.tolerance = 'none',
@@ -285,7 +285,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _shape(self, table: str | None, batch: pa.RecordBatch) -> pa.RecordBatch:
         if self.packed:
-            key = table if self.multi else multitable.ONE_KEY
+            key = table if self.multi else packed.ONE_KEY
             return packed.pack(key, batch, self._arrow(table))
         if self.out is None:
             return batch

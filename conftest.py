@@ -6,6 +6,4 @@ import os
 from pathlib import Path
 
 PLUGIN = str(Path(__file__).resolve().parent / "examples/plugins/sqlite")
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (PLUGIN, os.environ.get("PYTHONPATH")) if p
-)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PLUGIN, os.environ.get("PYTHONPATH")) if p)

@@ -251,9 +251,8 @@ def _letter(letter: DeadLetter) -> dict:
 
 def _why(error: str | BaseException) -> tuple[str, str]:
     """(error class, one-line message) of a rejected row's reason."""
-    if isinstance(error, BaseException):
-        return type(error).__name__, " ".join(str(error).split())
-    return "REJECTED", " ".join(str(error).split())
+    kind = type(error).__name__ if isinstance(error, BaseException) else "REJECTED"
+    return kind, " ".join(str(error).split())
 
 
 def _shown(record) -> str:
@@ -404,11 +403,12 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if not tables:
             return
         data = pa.concat_tables(tables, promote_options="permissive")
-        rows, rejected, rounds = list(range(data.num_rows)), [], []  # rows: places in data
+        rows, rejected = list(range(data.num_rows)), []  # rows: their places in data
+        filed = rounds = 0  # rejected rows already committed as dead letters, in how many files
         while True:
-            if len(rejected) > sum(rounds):
-                self._dead_letters(batch_id, data, rejected[sum(rounds) :], len(rounds))
-                rounds.append(len(rejected) - sum(rounds))
+            if len(rejected) > filed:
+                self._dead_letters(batch_id, data, rejected[filed:], rounds)
+                filed, rounds = len(rejected), rounds + 1
             if not rows:
                 return
             try:

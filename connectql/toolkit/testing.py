@@ -134,13 +134,9 @@ class SourceRun(_Run):
     def rows(self, table: str | None = None) -> list[dict]:
         """Every committed row (of `table`, for a source of several tables; its dead letters
         are the table ''), in no particular order."""
-        import pyarrow.parquet as pq
-
-        from connectql.catalog.streams import committed_files
         from connectql.toolkit.packed import by_table
 
-        files = committed_files(self.output) if self.output.exists() else []
-        read = [pq.read_table(f) for f in files]
+        read = _committed(self.output)
         if table is None:
             return [r for t in read for r in t.to_pylist()]
         found = by_table(pa.concat_tables(read)) if read else {}
@@ -200,9 +196,14 @@ class SinkRun(_Run):
     def dead_letters(self) -> list[dict]:
         """The rows of the dead-letter stream (connector, stage, source_offset, error_class,
         error_message, raw_record, time), in no particular order."""
-        import pyarrow.parquet as pq
+        read = _committed(self.deadletter) if self.deadletter else []
+        return [r for t in read for r in t.to_pylist()]
 
-        from connectql.catalog.streams import committed_files
 
-        files = committed_files(self.deadletter) if self.deadletter else []
-        return [r for f in files for r in pq.read_table(f).to_pylist()]
+def _committed(folder: Path) -> list[pa.Table]:
+    """The files committed to a stream-like folder (its `_spark_metadata` log), read."""
+    import pyarrow.parquet as pq
+
+    from connectql.catalog.streams import committed_files
+
+    return [pq.read_table(f) for f in committed_files(folder)] if folder.exists() else []

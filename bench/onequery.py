@@ -1,0 +1,238 @@
+"""Issue 18's "one query" plan, probed: the CDC latency of a cdc source and its PostgreSQL sink
+run as two queries (today's plan: source -> stream, stream -> target) against the same pair
+with the sink's writes made by the source's own micro-batch, right after the stream's files,
+on one warm worker in one run, for a PostgreSQL and a MariaDB source.
+
+A probe, not the feature: the sink is paused, and the source's foreachBatch then runs a Spark
+job that reads the batch's stream files and writes them with the sink's own Target in its
+tasks (Target.write), the driver committing them under the batch's id (Target.commit) with a
+writer id of its own. Both halves are checked by value: the target's count and checksum equal
+the source's after each (reset in between: the second half's changes repeat the first's)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import common
+from bench.common import Connectql, console, percentile
+
+ROWS = 20_000
+LABEL = "cdc"  # Connectql.cdc's connectors: cdc_src -> cdc_s -> cdc_dst
+
+
+@dataclass
+class Side:
+    """One source database: how to fill it, reach it, measure on it and reset it."""
+
+    name: str
+    start: Callable[[], None]
+    stop: Callable[[], None]
+    fill: Callable[[], tuple[int, int]]
+    src_options: Callable[[], str]
+    create_target: Callable[[str], str]  # db -> its conninfo
+    target_options: Callable[[str], str]
+    source_sum: Callable[[], tuple[int, int]]
+    target_sum: Callable[[str], tuple[int, int]]
+    execute: Callable[[str], None]  # a statement on the source
+    measure: Callable[[Connectql, str], common.Latency]  # (cq, target info)
+
+
+def postgres() -> Side:
+    from bench import postgres as pg
+
+    dbs = pg.Databases()
+    return Side(
+        "PostgreSQL",
+        dbs.start,
+        dbs.stop,
+        lambda: pg.fill_source(dbs, ROWS, 1000),
+        lambda: dbs.options("srcdb"),
+        dbs.create,
+        dbs.options,
+        lambda: pg.checksum(dbs.info("srcdb")),
+        pg.checksum,
+        lambda sql: common.execute(dbs.info("srcdb"), sql),
+        lambda cq, _info: pg.measure_latency(dbs, cq, ROWS, common.SECONDS),
+    )
+
+
+def mysql() -> Side:
+    from bench import mysql as my
+
+    srv = my.Servers()
+
+    def execute(sql: str) -> None:
+        with contextlib.closing(srv.my.connect("srcdb", autocommit=True)) as conn:
+            conn.cursor().execute(sql)
+
+    return Side(
+        "MariaDB",
+        srv.start,
+        srv.stop,
+        lambda: my.fill_source(srv, ROWS, 1000),
+        srv.my_options,
+        srv.pg_create,
+        srv.pg_options,
+        srv.my_checksum,
+        srv.pg_checksum,
+        execute,
+        lambda cq, _info: my.measure_latency(srv, cq, ROWS, common.SECONDS),
+    )
+
+
+def write_task(options: dict, schema_json: str, batch_id: int, batches):
+    """In a Spark task: the task's rows written by the sink's Target; yields its message."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+    from pyspark.sql.types import StructType
+
+    from connectql.connectors.postgres.sink import PgTarget
+    from connectql.connectors.relational.sink import SinkSettings
+
+    schema = StructType.fromJson(json.loads(schema_json))
+    target = PgTarget(SinkSettings.from_options(options), schema)
+    msg = target.write(batch_id, TaskContext.get().partitionId(), batches)
+    yield pa.RecordBatch.from_pydict({"msg": [pickle.dumps(msg)]})
+
+
+def fuse(cq: Connectql) -> list[float]:
+    """Pause the sink; from the source's next batch on, its stream writer writes the target
+    too. Returns the list the fused writes' seconds go to."""
+    from connectql.connectors.postgres.sink import PgTarget
+    from connectql.connectors.relational.sink import SinkSettings
+
+    engine = cq.worker.engine
+    plan = engine.plans[f"{LABEL}_dst"]
+    cq.run(f"PAUSE CONNECTOR {LABEL}_dst")
+    options = {**plan.writer.options, "connectql.writer": "onequery"}
+    schema = engine.sink_schema(plan)
+    target = PgTarget(SinkSettings.from_options(options), schema)
+    target.prepare("the one-query probe")
+    target.ensure_progress_row()
+    writer = engine.writers[f"{LABEL}_src"]
+    stream, before, spark = Path(writer.outputs[0].path), writer.on_batch, engine.spark
+    seconds: list[float] = []
+
+    def on_batch(batch_id: int, rows: dict[str, int]) -> None:
+        if before:
+            before(batch_id, rows)
+        files = sorted(str(f) for f in stream.glob(f"{writer.wid}-b{batch_id}-*.parquet"))
+        if files:
+            t0 = time.perf_counter()
+            df = spark.read.schema(schema).parquet(*files)
+            task = functools.partial(write_task, options, schema.json(), batch_id)
+            msgs = [pickle.loads(r.msg) for r in df.mapInArrow(task, "msg BINARY").collect()]
+            target.commit(msgs, batch_id)
+            seconds.append(time.perf_counter() - t0)
+
+    writer.on_batch = on_batch
+    return seconds
+
+
+def reset(side: Side, target_info: str) -> str:
+    """The source as before the first half (the second half's changes repeat the first's),
+    once the target has followed."""
+    side.execute(f"DELETE FROM orders WHERE id > {ROWS}")
+    side.execute("UPDATE orders SET status = 'reset' WHERE status LIKE 'L%'")
+    return common.wait_consistent(
+        lambda: (side.source_sum(), side.target_sum(target_info)), common.CONSISTENT_S
+    )
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2] if values else float("nan")
+
+
+def half(label: str, lat: common.Latency) -> dict:
+    got = lat.latencies()
+    src = [b.seconds for b in lat.src_batches]
+    row = {
+        "plan": label,
+        "changes": f"{len(got)} of {len(lat.changes)}",
+        "p50": percentile(got, 50),
+        "p99": percentile(got, 99),
+        "source batch": median(src),
+        "check": lat.consistent,
+    }
+    console.print(
+        f"  {label}: p50 {row['p50']:.2f} s, p99 {row['p99']:.2f} s, {row['changes']} changes,"
+        f" source batches {len(src)} (median {row['source batch']:.3f} s); {lat.consistent}"
+    )
+    return row
+
+
+def probe(side: Side, tmp: Path) -> list[dict]:
+    console.print(f"[bold]{side.name} source[/bold] ({ROWS:,} rows, {common.RATE:g} changes/s)")
+    side.start()
+    cq = None
+    try:
+        want = side.fill()
+        cq = Connectql(tmp / side.name, "postgres" if side.name == "PostgreSQL" else "mysql")
+        info = side.create_target("cdcdb")
+        snap = cq.cdc(
+            ROWS,
+            side.src_options(),
+            side.target_options("cdcdb"),
+            info,
+            lambda: common.check_text(side.target_sum(info), want),
+            timeout=600,
+            label=LABEL,
+        )
+        console.print(f"  snapshot: {snap.seconds:.2f} s, {snap.check}")
+        rows = [half("two queries", side.measure(cq, info))]
+        seconds = fuse(cq)
+        console.print(f"  reset: {reset(side, info)}")
+        rows.append(half("one query", side.measure(cq, info)))
+        rows[-1]["sink write"] = median(seconds)
+        console.print(f"  the fused sink writes: {len(seconds)}, median {median(seconds):.3f} s")
+        return rows
+    finally:
+        if cq is not None:
+            cq.close()
+        side.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.onequery", description=__doc__.split("\n")[0])
+    p.add_argument("--source", choices=["postgres", "mysql", "both"], default="both")
+    p.add_argument("--seconds", type=float, default=common.SECONDS, help="each half's changes")
+    p.add_argument("--rate", type=float, default=common.RATE, help="changes/s")
+    args = p.parse_args(argv)
+    common.SECONDS, common.RATE = args.seconds, args.rate
+    sides = {"postgres": [postgres], "mysql": [mysql], "both": [postgres, mysql]}[args.source]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-onequery-"))
+    results, bad = [], False
+    try:
+        for side in sides:
+            s = side()
+            for row in probe(s, tmp):
+                results.append((s.name, row))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    console.print("\n| source | plan | p50 s | p99 s | changes seen | source batch s | check |")
+    console.print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, r in results:
+        bad |= (
+            not r["check"].startswith("OK")
+            or r["changes"].split(" of ")[0] != r["changes"].split(" of ")[1]
+        )
+        console.print(
+            f"| {name} | {r['plan']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['changes']} |"
+            f" {r['source batch']:.3f} | {r['check'].split(' (')[0]} |"
+        )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,7 +12,7 @@ from connectql.errors import PermanentError
 from connectql.runtime.engine import field_lag, lag
 from connectql.toolkit.spark import Pacer
 from connectql.toolkit.testing import SinkRun, SourceRun
-from tests.toolkit_connectors import Counter, JsonDir, Picky, Shelves, written
+from tests.toolkit_connectors import Counter, JsonDir, Picky, Shelves, Sloppy, written
 
 pytestmark = pytest.mark.spark
 
@@ -87,6 +87,19 @@ def test_rows_a_sink_rejects_are_dead_letters_once_across_a_replayed_batch(spark
     assert sorted(r["id"] for r in written(out)) == [*range(9), 10, 11, 30]
     dead = sorted((json.loads(r["raw_record"])["id"], r["error_class"]) for r in run.dead_letters())
     assert dead == [(9, "ValueError"), (29, "ValueError"), (39, "ValueError"), (49, "ValueError")]
+
+
+def test_a_sink_whose_rejected_names_a_row_it_was_not_given_fails_the_batch(spark, tmp_path):
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    run = SinkRun(Sloppy, {"path": str(tmp_path / "out")}, tmp_path, schema, dead_letters=True)
+    run.add([{"id": i, "text": f"r{i}"} for i in range(3)])
+    with pytest.raises(
+        AssertionError,
+        match=r"Rejected names \['3'\], not rows of the data it"
+        r" was given \(0 to 2\)",
+    ):
+        run.to_end()
+    assert run.dead_letters() == []
 
 
 def test_a_pace_needs_the_offset_key_that_counts_records():

@@ -148,6 +148,13 @@ class Picky(JsonDir):
         super().write(writer, batch_id, data)
 
 
+class Sloppy(Picky):
+    """Picky, but its Rejected also names a row its data does not have."""
+
+    def write(self, writer, batch_id, data):
+        raise Rejected({0: "first", data.num_rows: "one past the end"})
+
+
 def written(path) -> list[dict]:
     return [
         json.loads(line)

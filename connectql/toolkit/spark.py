@@ -419,9 +419,13 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 rows = [n for i, n in enumerate(rows) if i not in r.rows]
 
     def _rejected(self, r: Rejected, rows: list[int]) -> list[tuple[int, str, str]]:
-        bad = sorted(i for i in r.rows if 0 <= i < len(rows))
-        if not bad:
-            raise PermanentError(f"{self.connector}: Rejected names no row of the batch")
+        outside = [i for i in r.rows if not (isinstance(i, int) and 0 <= i < len(rows))]
+        if outside or not r.rows:  # a sink's mistake: a batch half-judged is not guessed at
+            raise PermanentError(
+                f"{self.connector}: Rejected names {sorted(map(repr, outside))[:5] or 'no row'},"
+                f" not rows of the data it was given (0 to {len(rows) - 1})"
+            )
+        bad = sorted(r.rows)
         why = [_why(r.rows[i]) for i in bad]
         if not self.deadletter:
             raise PermanentError(

@@ -140,6 +140,25 @@ def test_a_plugin_source_of_several_tables_fills_a_stream_per_table(plugins, wor
 
 
 @pytest.mark.spark
+def test_a_table_that_cannot_be_read_stops_alone_and_the_other_tables_go_on(plugins, worker):
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR s FROM shelves INTO shop WITH (count = 20, broken = 7,"
+        " 'batch.max.records' = 4)",
+    )
+
+    def books() -> list[int]:
+        return [i for (i,) in run(worker, "SELECT id FROM shop_books ORDER BY id")[0].rows]
+
+    wait_until(lambda: books() == list(range(0, 20, 2)), 120, what="every book")
+    # the batch of ids 4..7 failed at pen 7 and ran again without the pens
+    assert run(worker, "SELECT id FROM shop_pens ORDER BY id")[0].rows == [(1,), (3,)]
+    ((state, failed),) = run(worker, "SELECT state, tables_failed FROM connectors")[0].rows
+    assert state == "RUNNING"
+    assert json.loads(failed) == {"pens": "pen 7: its color cannot be read"}
+
+
+@pytest.mark.spark
 def test_a_several_table_sources_bad_record_or_unknown_table_fails_it_naming_why(plugins, worker):
     run(
         worker,

@@ -18,6 +18,7 @@ from connectql.toolkit import (
     Sink,
     Source,
     Table,
+    TableFailed,
 )
 
 
@@ -79,9 +80,14 @@ class Counter(Source):
 
 class Shelves(Counter):
     """Counter's records on two tables: even ids are books (dicts), odd ids pens (one-row
-    RecordBatches, columns in another order); `stray`: a record of a table it does not have."""
+    RecordBatches, columns in another order); `stray`: a record of a table it does not have;
+    `broken`: the pens from that id on cannot be read (TableFailed; skipped once failed)."""
 
-    options = (*Counter.options, Option("stray", "bool", False, doc="yield an unknown table"))
+    options = (
+        *Counter.options,
+        Option("stray", "bool", False, doc="yield an unknown table"),
+        Option("broken", "int", 0, doc="the first pen that cannot be read (0: none)"),
+    )
 
     def tables(self):
         books = pa.schema([("id", pa.int64()), ("title", pa.string())])
@@ -95,6 +101,10 @@ class Shelves(Counter):
                 yield record
             elif record["id"] % 2 == 0:
                 yield "books", {"id": record["id"], "title": record["text"]}
+            elif "pens" in self.failed:
+                continue
+            elif 0 < self.options["broken"] <= record["id"]:
+                raise TableFailed("pens", f"pen {record['id']}: its color cannot be read")
             else:
                 color = pa.array([f"c{record['id']}"])
                 yield (

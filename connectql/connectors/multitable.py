@@ -12,9 +12,6 @@ from pyspark.sql.types import StructType
 from connectql.errors import PlanError
 from connectql.toolkit.packed import ONE_KEY, ONE_OPTION, PACKED_DDL, SCHEMAS_OPTION, schemas_option
 
-# the reader option listing (JSON) the tables stopped by a value they cannot read (catalog)
-FAILED_OPTION = "connectql.tables.failed"
-
 
 def patterns(table: str | None) -> tuple[str, ...]:
     """The items of a `table` value that names several tables (a comma list, or one pattern

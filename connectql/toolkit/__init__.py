@@ -5,7 +5,7 @@ that in the entry-point group `connectql.connectors` (README, "Writing a connect
 """
 
 from connectql.config import Option
-from connectql.errors import PermanentError, ValidationError
+from connectql.errors import PermanentError, TableFailed, ValidationError
 from connectql.toolkit.connector import Connector
 from connectql.toolkit.envelope import META_COLUMNS, OP, POS, SOURCE, TS_MS
 from connectql.toolkit.sink import Rejected, Sink
@@ -26,5 +26,6 @@ __all__ = [
     "Sink",
     "Source",
     "Table",
+    "TableFailed",
     "ValidationError",
 ]

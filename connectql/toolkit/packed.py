@@ -15,6 +15,8 @@ from connectql.toolkit.envelope import SOURCE, TABLE_COLUMN
 ROWS_COLUMN = "__rows"  # a chunk of one table's rows as Arrow IPC
 # the reader option listing (JSON) each table's stream schema: [[table, Spark schema JSON], ...]
 SCHEMAS_OPTION = "connectql.tables.schemas"
+# the reader option listing (JSON) the tables stopped by a value they cannot read (catalog)
+FAILED_OPTION = "connectql.tables.failed"
 # the Spark schema of a several-table source: a row is one chunk of one table's rows
 PACKED_DDL = f"`{TABLE_COLUMN}` STRING, `{ROWS_COLUMN}` BINARY"
 # a chunk's size at most (about): one Spark row holds it whole

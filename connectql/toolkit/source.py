@@ -29,7 +29,10 @@ A source of several tables (a database's tables, a topic per table) returns them
 ``tables()``: each table's rows go to a stream of their own, ``<stream>_<table>``, and ``read``
 yields ``(table, records)`` pairs, ``records`` being any of what a one-table source yields (a
 RecordBatch, a Table, a dict) in that table's schema; DeadLetters as they are. The tables are
-fixed at CREATE (DROP and CREATE the connector to read others).
+fixed at CREATE (DROP and CREATE the connector to read others). A table that meets a record it
+cannot read (and errors.tolerance = 'none') can stop alone: ``read`` raises
+``TableFailed(table, message)``; the connector starts again at once from the same offsets with
+that table in ``failed`` (and in the catalog's tables_failed), the other tables going on.
 """
 
 from __future__ import annotations
@@ -85,6 +88,9 @@ class Source:
     retry_backoff_ms: ClassVar[int] = 200
     #: rows per Arrow batch when `read` yields dicts
     rows_per_batch: ClassVar[int] = 10_000
+    #: the tables of a several-table source stopped earlier by TableFailed (the toolkit sets it
+    #: before any call): `read` need not read them, and what it yields of them is dropped
+    failed: frozenset[str] = frozenset()
 
     def __init__(self, options: dict[str, Any]):
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""

@@ -32,9 +32,16 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from connectql.config import is_secret_key
-from connectql.errors import PermanentError
+from connectql.errors import PermanentError, TableFailed
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN, deadletter_name, sink_dead_letters
-from connectql.toolkit.packed import ONE_KEY, ONE_OPTION, option_schemas, pack, pack_letters
+from connectql.toolkit.packed import (
+    FAILED_OPTION,
+    ONE_KEY,
+    ONE_OPTION,
+    option_schemas,
+    pack,
+    pack_letters,
+)
 from connectql.toolkit.sink import Rejected, Sink
 from connectql.toolkit.source import DeadLetter, Retryable, Source
 
@@ -127,6 +134,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         given = int(options.get(MAX_RECORDS_KEY) or 0)
         self.max_records = given or source.default_max_records() or 0
         self.connector = options.get("connectql.connector") or type(source).__name__
+        source.failed = frozenset(json.loads(options.get(FAILED_OPTION) or "[]"))
+        if self.tables is not None and set(self.tables) <= source.failed:
+            raise PermanentError(f"{self.connector}: every table stopped (see tables_failed)")
         self.available_now = False
         self._target: dict | None = None  # available-now: the latest offset when it started
         self._latest: dict | None = None
@@ -177,10 +187,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         records = _first_retried(self.source, json.loads(partition.value))
-        if self.tables is not None:
-            yield from self._packed(records)
-            return
-        yield from to_batches(records, self.arrow_schema, self.source.rows_per_batch, self._bad)
+        try:
+            if self.tables is not None:
+                yield from self._packed(records)
+                return
+            yield from to_batches(records, self.arrow_schema, self.source.rows_per_batch, self._bad)
+        except TableFailed as e:
+            if self.tables is None or e.table not in self.tables or e.table in self.source.failed:
+                live = ", ".join(t for t in self.tables or () if t not in self.source.failed)
+                raise PermanentError(
+                    f"{self.connector}: read raised TableFailed for {e.table!r}, not a table it"
+                    f" still reads ({live or 'it reads one table'})"
+                ) from None
+            raise
 
     def _bad(self, letter: DeadLetter) -> dict:
         """The row that carries a dead letter (errors.tolerance = 'all'), or the failure."""
@@ -209,6 +228,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 letters.append(_letter(record))
                 continue
             table, value = (ONE_KEY, record) if self.one else self._table_of(record)
+            if table in self.source.failed:
+                continue
             pending = rows.setdefault(table, [])
             pending.append(value)
             if isinstance(value, dict) and len(pending) < size:

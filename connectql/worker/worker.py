@@ -26,11 +26,7 @@ from connectql.catalog.secrets import SecretStore
 from connectql.catalog.store import Catalog, ConnectorEntry, StreamEntry, table_stream
 from connectql.connectors import registry
 from connectql.connectors.base import ReaderSpec
-from connectql.connectors.multitable import (
-    FAILED_OPTION,
-    packed_one,
-    with_tables_schemas,
-)
+from connectql.connectors.multitable import packed_one, with_tables_schemas
 from connectql.connectors.options import is_secret_key, validate
 from connectql.errors import CatalogError, ConnectQLError, PlanError
 from connectql.errortext import short_error
@@ -44,6 +40,7 @@ from connectql.runtime.engine import Engine
 from connectql.runtime.logs import log_to, redact_spark_log, stop_logging
 from connectql.runtime.retention import check_options
 from connectql.runtime.session import logging_settings, send_jvm_output_to, stop_session
+from connectql.toolkit.packed import FAILED_OPTION
 from connectql.worker import describe, lifecycle, settings
 from connectql.worker.home import HomeLock, default_home_text, home_of
 from connectql.worker.lease import (

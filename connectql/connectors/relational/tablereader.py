@@ -17,7 +17,6 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from connectql.connectors import multitable
 from connectql.connectors.options import from_spark_options, to_spark_options
 from connectql.connectors.relational import polling
 from connectql.connectors.relational.changerows import (
@@ -31,7 +30,7 @@ from connectql.errors import ConnectQLError, TableFailed
 from connectql.errortext import short_error
 from connectql.toolkit import packed
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
-from connectql.toolkit.packed import DEAD_LETTERS
+from connectql.toolkit.packed import DEAD_LETTERS, FAILED_OPTION
 
 LAG_EVERY_S = 1.0  # how often reportLatestOffset asks the database how far behind it is
 LAG_ROWS_CAP = 1_000_000  # an incremental source's lag is counted up to this many rows
@@ -174,7 +173,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.tables: list[str | None] = list(self.schemas)
         # several tables: those stopped by a value they cannot read (errors.tolerance = 'none',
         # the catalog's tables_failed): not read any more
-        self.failed = frozenset(json.loads(options.get(multitable.FAILED_OPTION) or "[]"))
+        self.failed = frozenset(json.loads(options.get(FAILED_OPTION) or "[]"))
         self._arrows: dict[str | None, pa.Schema] = {}  # several tables: each one's stream's
         self.cdc = self.cfg.mode == "cdc"
         self.available_now = False

@@ -23,6 +23,7 @@ notone = json:dumps
 postgres = tests.toolkit_connectors:COUNTER
 shelves = tests.toolkit_connectors:SHELVES
 picky = tests.toolkit_connectors:PICKY
+growing = tests.toolkit_connectors:GROWING
 """
 
 
@@ -156,6 +157,27 @@ def test_a_table_that_cannot_be_read_stops_alone_and_the_other_tables_go_on(plug
     ((state, failed),) = run(worker, "SELECT state, tables_failed FROM connectors")[0].rows
     assert state == "RUNNING"
     assert json.loads(failed) == {"pens": "pen 7: its color cannot be read"}
+
+
+@pytest.mark.spark
+def test_records_that_gain_a_column_widen_the_stream_and_flow_on(plugins, worker, tmp_path):
+    grown = tmp_path / "grown"
+    run(
+        worker,
+        f"CREATE SOURCE CONNECTOR g FROM growing INTO gs WITH (count = 5, grown = '{grown}')",
+    )
+    rows = "SELECT id FROM gs ORDER BY id"
+    wait_until(lambda: len(run(worker, rows)[0].rows) == 5, 120, what="the first records")
+    grown.touch()
+    wait_until(lambda: len(run(worker, rows)[0].rows) == 10, 120, what="the grown records")
+    got = run(worker, "SELECT id, size FROM gs ORDER BY id")[0].rows
+    assert got == [(i, None) for i in range(5)] + [(i, i * 10) for i in range(5, 10)]
+    assert worker.catalog.get_stream("gs").schema == "`id` BIGINT, `text` STRING, `size` BIGINT"
+    events = "SELECT reason FROM connector_events WHERE connector = 'g'"
+    assert "schema evolved: stream gs gained column(s) size" in [
+        r for (r,) in run(worker, events)[0].rows
+    ]
+    assert worker.catalog.get_connector("g").state == "RUNNING"
 
 
 @pytest.mark.spark

@@ -15,6 +15,7 @@ from connectql.toolkit import (
     Option,
     Rejected,
     Retryable,
+    SchemaEvolved,
     Sink,
     Source,
     Table,
@@ -115,6 +116,34 @@ class Shelves(Counter):
                 )
 
 
+class Growing(Counter):
+    """Counter whose records gain a column `size` once the file `grown` exists: then `count`
+    more records are there, with it, and schema() has it too."""
+
+    options = (*Counter.options, Option("grown", required=True, doc="a file: records grew"))
+
+    def grew(self) -> bool:
+        return os.path.exists(self.options["grown"])
+
+    def schema(self):
+        return (
+            super().schema().append(pa.field("size", pa.int64()))
+            if self.grew()
+            else super().schema()
+        )
+
+    def latest_offset(self, start):
+        return {"n": self.options["count"] * (2 if self.grew() else 1)}
+
+    def read(self, partition):
+        for record in super().read(partition):
+            if record["id"] >= self.options["count"]:
+                if "size" not in self.stream_schemas[None].names:
+                    raise SchemaEvolved("records have a new column: size")
+                record["size"] = record["id"] * 10
+            yield record
+
+
 class JsonDir(Sink):
     """Each batch one JSON-lines file named for its writer and batch id, made visible by a
     rename (so the file is the record of the batch id: exactly-once)."""
@@ -175,4 +204,5 @@ def written(path) -> list[dict]:
 
 COUNTER = Connector("counter", "numbered test records", source=Counter, sink=JsonDir)
 PICKY = Connector("picky", "JSON files without nines", sink=Picky)
+GROWING = Connector("growing", "numbered records that gain a column", source=Growing)
 SHELVES = Connector("shelves", "numbered test records in two tables", source=Shelves)

@@ -82,7 +82,7 @@ def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
         "connectql_toolkit",
         options,
         schema=schema,
-        discover=(lambda: tables) if tables else None,
+        discover=lambda: tables or [Found(None, schema, ())],  # what evolution widens to
         several=bool(tables),
         lag_field=connector.source.lag_field,
         lag_bytes_field=connector.source.lag_bytes_field,

@@ -5,7 +5,7 @@ that in the entry-point group `connectql.connectors` (README, "Writing a connect
 """
 
 from connectql.config import Option
-from connectql.errors import PermanentError, TableFailed, ValidationError
+from connectql.errors import PermanentError, SchemaEvolved, TableFailed, ValidationError
 from connectql.toolkit.connector import Connector
 from connectql.toolkit.envelope import META_COLUMNS, OP, POS, SOURCE, TS_MS
 from connectql.toolkit.sink import Rejected, Sink
@@ -23,6 +23,7 @@ __all__ = [
     "PermanentError",
     "Rejected",
     "Retryable",
+    "SchemaEvolved",
     "Sink",
     "Source",
     "Table",

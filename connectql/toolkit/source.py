@@ -33,6 +33,11 @@ fixed at CREATE (DROP and CREATE the connector to read others). A table that mee
 cannot read (and errors.tolerance = 'none') can stop alone: ``read`` raises
 ``TableFailed(table, message)``; the connector starts again at once from the same offsets with
 that table in ``failed`` (and in the catalog's tables_failed), the other tables going on.
+
+When the external system's records gain columns their stream lacks (``stream_schemas`` says
+what each stream has), ``read`` raises ``SchemaEvolved("why")``: the worker calls ``tables()``
+or ``schema()`` again, gives each stream the new columns it finds there (older rows read them as
+NULL), and restarts the source from the same offsets, and the running sinks of those streams.
 """
 
 from __future__ import annotations
@@ -91,6 +96,10 @@ class Source:
     #: the tables of a several-table source stopped earlier by TableFailed (the toolkit sets it
     #: before any call): `read` need not read them, and what it yields of them is dropped
     failed: frozenset[str] = frozenset()
+    #: the pyarrow schema of each stream the rows go to, as it stands (by table; None for a
+    #: one-table source), set by the toolkit before any call: a column a stream lacks is not
+    #: kept; raise SchemaEvolved to widen the stream first
+    stream_schemas: dict[str | None, Any] = {}
 
     def __init__(self, options: dict[str, Any]):
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""

@@ -135,6 +135,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_records = given or source.default_max_records() or 0
         self.connector = options.get("connectql.connector") or type(source).__name__
         source.failed = frozenset(json.loads(options.get(FAILED_OPTION) or "[]"))
+        data = [f for f in self.arrow_schema if f.name != DEAD_LETTER_COLUMN]
+        streams = self.tables or {None: pa.schema(data)}
+        source.stream_schemas = {None if t == ONE_KEY else t: s for t, s in streams.items()}
         if self.tables is not None and set(self.tables) <= source.failed:
             raise PermanentError(f"{self.connector}: every table stopped (see tables_failed)")
         self.available_now = False

@@ -143,7 +143,8 @@ def check_poison_isolated(worker, table: str, position: str) -> str:
     assert (connector, stage, error_class) == ("tolerant", "read", "ValueError")
     assert f"table {table}" in message and position in message
     assert '"table":"bad"' in offset.replace(" ", "")
-    assert worker.catalog.get_connector("tolerant").state == "RUNNING"
+    tolerant = worker.catalog.get_connector("tolerant")
+    assert tolerant.state == "RUNNING", (tolerant.state, tolerant.last_error)
     wait_until(lambda: ids("x_good1") == [1, 2] and ids("x_good2") == [1], timeout=90)
     strict = worker.catalog.get_connector("strict")
     assert strict.state == "RUNNING" and list(strict.tables_failed) == ["bad"]

@@ -7,10 +7,11 @@ import json
 
 import pyarrow as pa
 import pytest
+from pyspark.sql.types import StructType
 
 from connectql.errors import PermanentError
 from connectql.runtime.engine import field_lag, lag
-from connectql.toolkit.spark import Pacer
+from connectql.toolkit.spark import Pacer, StreamWriter
 from connectql.toolkit.testing import SinkRun, SourceRun
 from tests.toolkit_connectors import Counter, JsonDir, Picky, Shelves, Sloppy, written
 
@@ -100,6 +101,13 @@ def test_a_sink_whose_rejected_names_a_row_it_was_not_given_fails_the_batch(spar
     ):
         run.to_end()
     assert run.dead_letters() == []
+
+
+def test_a_sink_is_told_the_lease_epoch_of_its_worker():
+    schema = StructType.fromDDL("id BIGINT, text STRING")
+    told = StreamWriter(JsonDir({"path": "x"}), schema, {"connectql.epoch": "3"})
+    assert told.sink.epoch == 3
+    assert StreamWriter(JsonDir({"path": "x"}), schema, {}).sink.epoch is None
 
 
 def test_a_pace_needs_the_offset_key_that_counts_records():

@@ -60,6 +60,11 @@ class Sink:
     delivery: ClassVar[str] = "exactly-once"
     #: whether `write` may raise Rejected (then errors.tolerance = 'all' is accepted)
     rejects: ClassVar[bool] = False
+    #: the lease epoch of the worker that runs the sink (set by the toolkit on the driver; None
+    #: without a lease): a standby that takes over has a higher one, and an exactly-once sink
+    #: records it with the batch and refuses to write when the target holds a higher one for
+    #: its writer (the older worker was paused and came back)
+    epoch: int | None = None
 
     def __init__(self, options: dict[str, Any]):
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""

@@ -401,6 +401,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.writer = options.get("connectql.writer") or "default"
         self.connector = options.get("connectql.connector") or type(sink).__name__
         self.deadletter = options.get("connectql.deadletter")
+        epoch = options.get("connectql.epoch")
+        sink.epoch = int(epoch) if epoch else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         ctx = TaskContext.get()

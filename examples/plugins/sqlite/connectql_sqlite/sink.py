@@ -8,15 +8,17 @@ from contextlib import closing
 
 import pyarrow as pa
 
-from connectql.toolkit import META_COLUMNS, OP, Option, Sink, ValidationError
+from connectql.toolkit import META_COLUMNS, OP, Option, PermanentError, Sink, ValidationError
 from connectql_sqlite.db import PATH, TABLE, columns, connect, declared_type, quote
 
-PROGRESS = "connectql_sink_progress"  # (writer, batch_id): the last batch each writer committed
+# (writer, batch_id, epoch): the last batch each writer committed, by a worker of that epoch
+PROGRESS = "connectql_sink_progress"
 
 
 class TableSink(Sink):
     """Each batch is one transaction that writes its rows and records its batch id; a batch
-    Spark replays after a crash finds its id recorded and is skipped."""
+    Spark replays after a crash finds its id recorded and is skipped. The transaction also
+    checks the worker's lease epoch: a worker that lost its lease to a standby writes nothing."""
 
     options = (
         PATH,
@@ -46,9 +48,11 @@ class TableSink(Sink):
         with closing(connect(self.options["path"], must_exist=not self.options["create"])) as con:
             self._prepare(con, data)
             con.execute(
-                f"CREATE TABLE IF NOT EXISTS {PROGRESS}"
-                " (writer TEXT PRIMARY KEY, batch_id INTEGER NOT NULL)"
+                f"CREATE TABLE IF NOT EXISTS {PROGRESS} (writer TEXT PRIMARY KEY,"
+                " batch_id INTEGER NOT NULL, epoch INTEGER NOT NULL DEFAULT 0)"
             )
+            if "epoch" not in {name for name, _ in columns(con, PROGRESS)}:  # an older file
+                con.execute(f"ALTER TABLE {PROGRESS} ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0")
 
     def _prepare(self, con, data: list[pa.Field]) -> None:
         table = self.options["table"]
@@ -80,12 +84,13 @@ class TableSink(Sink):
         con = connect(self.options["path"])
         try:
             con.execute("BEGIN IMMEDIATE")
+            self._check_epoch(con, writer, batch_id)
             for row in data.to_pylist():
                 self._apply(con, row)
             con.execute(
-                f"INSERT INTO {PROGRESS} VALUES (?, ?) ON CONFLICT (writer)"
-                " DO UPDATE SET batch_id = excluded.batch_id",
-                (writer, batch_id),
+                f"INSERT INTO {PROGRESS} VALUES (?, ?, ?) ON CONFLICT (writer)"
+                " DO UPDATE SET batch_id = excluded.batch_id, epoch = excluded.epoch",
+                (writer, batch_id, self.epoch or 0),
             )
             con.execute("COMMIT")
         except BaseException:
@@ -94,6 +99,15 @@ class TableSink(Sink):
             raise
         finally:
             con.close()
+
+    def _check_epoch(self, con, writer: str, batch_id: int) -> None:
+        found = con.execute(f"SELECT epoch FROM {PROGRESS} WHERE writer = ?", (writer,))
+        row = found.fetchone()
+        if row and row[0] > (self.epoch or 0):
+            raise PermanentError(
+                f"sqlite sink: batch {batch_id} refused: the worker of lease epoch {row[0]} owns"
+                f" it, this one has epoch {self.epoch} (it lost its lease)"
+            )
 
     def _apply(self, con, row: dict) -> None:
         table, key = quote(self.options["table"]), self.key

@@ -12,7 +12,7 @@ from connectql_sqlite import CONNECTOR
 from connectql_sqlite.sink import TableSink
 from connectql_sqlite.source import TableSource
 
-from connectql.toolkit import ValidationError
+from connectql.toolkit import PermanentError, ValidationError
 from connectql.toolkit.testing import SinkRun, SourceRun, session
 
 
@@ -107,3 +107,21 @@ def test_bad_options_are_refused_naming_what_is_wrong(tmp_path):
         TableSource(
             {"path": str(tmp_path / "none.db"), "table": "t", "incrementing.column": "id"}
         ).check()
+
+
+def test_a_sink_of_an_older_lease_epoch_writes_nothing(tmp_path):
+    """A worker paused while a standby took over (a higher epoch) comes back: its batch is
+    refused in the transaction, and the newer worker's rows stay as they are."""
+    db = tmp_path / "shop.db"
+    options = {"path": str(db), "table": "items", "key": "id", "create": True}
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    newer, older = TableSink(options), TableSink(options)
+    newer.epoch, older.epoch = 2, 1
+    newer.check(schema)
+    newer.write("w", 0, pa.table({"id": [1], "name": ["new"]}, schema=schema))
+    with pytest.raises(PermanentError, match="batch 1 refused: the worker of lease epoch 2 owns"):
+        older.write("w", 1, pa.table({"id": [1, 2], "name": ["old", "old"]}, schema=schema))
+    assert rows_of(db, "SELECT id, name FROM items") == [(1, "new")]
+    assert older.last_batch("w") == 0
+    newer.write("w", 1, pa.table({"id": [2], "name": ["new"]}, schema=schema))
+    assert rows_of(db, "SELECT epoch, batch_id FROM connectql_sink_progress") == [(2, 1)]

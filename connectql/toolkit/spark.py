@@ -447,9 +447,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def _rejected(self, r: Rejected, rows: list[int]) -> list[tuple[int, str, str]]:
         outside = [i for i in r.rows if not (isinstance(i, int) and 0 <= i < len(rows))]
         if outside or not r.rows:  # a sink's mistake: a batch half-judged is not guessed at
+            shown = "row " + ", ".join(map(repr, outside[:5])) if outside else "no row"
             raise PermanentError(
-                f"{self.connector}: Rejected names {sorted(map(repr, outside))[:5] or 'no row'},"
-                f" not rows of the data it was given (0 to {len(rows) - 1})"
+                f"{self.connector}: Rejected names {shown}, not a row of the data it was given"
+                f" (rows 0 to {len(rows) - 1})"
             )
         bad = sorted(r.rows)
         why = [_why(r.rows[i]) for i in bad]

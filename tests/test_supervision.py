@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -154,6 +155,24 @@ def test_initial_state_paused_creates_without_starting(worker):
     assert not worker.engine.is_active("g") and read_parquet_rows(worker.home / "streams/s") is None
     run(worker, "RESUME CONNECTOR g")
     wait_until(lambda: read_parquet_rows(worker.home / "streams/s") == [(100, 100)], what="rows")
+
+
+def test_a_first_batch_interrupted_while_logging_its_offsets_starts_again(worker):
+    """A stop or kill between Spark's write of offsets/0 to a hidden temporary file and its
+    rename leaves that file; the query, with no batch committed, then refused every start
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY) until it gave up."""
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR g FROM datagen INTO s"
+        " WITH ('rows.total' = 100, 'initial.state' = 'paused')",
+    )
+    offsets = Path(worker._context().checkpoint("g")) / "offsets"
+    offsets.mkdir(parents=True, exist_ok=True)
+    (offsets / ".0.a1cd6c01-3327-4ea3-b181-97eb31f62729.tmp").touch()
+    (offsets / "..0.a1cd6c01-3327-4ea3-b181-97eb31f62729.tmp.crc").touch()
+    run(worker, "RESUME CONNECTOR g")
+    wait_until(lambda: read_parquet_rows(worker.home / "streams/s") == [(100, 100)], what="rows")
+    assert worker.catalog.get_connector("g").last_error is None
 
 
 def test_alter_validates_and_restarts_from_the_same_checkpoint(worker):

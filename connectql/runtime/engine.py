@@ -229,6 +229,7 @@ class Engine:
             writer = writer.trigger(availableNow=True)
         elif plan.interval_ms:
             writer = writer.trigger(processingTime=f"{plan.interval_ms} milliseconds")
+        clear_partial_writes(plan.checkpoint)
         with self._lock:
             self.finished[plan.connector] = threading.Event()
             self.plans[plan.connector] = plan
@@ -414,6 +415,16 @@ class Stopper(threading.Thread):
                 self._then.append(action)
                 return
         action()
+
+
+def clear_partial_writes(checkpoint: str) -> None:
+    """Remove what an interrupted write of the offset or commit log left: Spark writes a log
+    entry to a hidden temporary file and renames it, and a stop or kill between the two leaves
+    the file behind, after which a query that never committed a batch refuses to start
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY: its offset log must be empty on batch 0)."""
+    for log_dir in ("offsets", "commits"):
+        for left in Path(checkpoint, log_dir).glob(".*.tmp*"):
+            left.unlink(missing_ok=True)
 
 
 def rejected_rows(plan: Plan, batch_id: int) -> int:

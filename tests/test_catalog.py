@@ -106,6 +106,15 @@ def test_only_the_owner_may_read_the_catalog_file(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o600
 
 
+def test_a_select_duckdb_refuses_is_the_users_error_not_the_servers(cat):
+    for sql, said in [
+        ("select", "SELECT clause without selection list"),
+        ("SELECT nope FROM connectors", "nope"),
+    ]:
+        with pytest.raises(ValidationError, match=f"SELECT failed: .*{said}"):
+            run_select(cat, sql)
+
+
 def test_user_select_cannot_read_private_tables(cat):
     cat.add_connector(ConnectorEntry("c1", "source", "datagen", "s", {"password": "hunter2"}))
     for sql in [

@@ -3,6 +3,7 @@ name is replaced by its committed Parquet files; the query runs in DuckDB."""
 
 from __future__ import annotations
 
+import duckdb
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -53,5 +54,12 @@ def rewrite(catalog: Catalog, sql: str) -> str:
     return tree.sql(dialect="duckdb")
 
 
+# what DuckDB raises for a query that is wrong (not for a fault of the server)
+USER_ERRORS = (duckdb.ProgrammingError, duckdb.DataError, duckdb.NotSupportedError)
+
+
 def run_select(catalog: Catalog, sql: str) -> tuple[list[str], list[tuple]]:
-    return catalog.read(rewrite(catalog, sql), memo=False)
+    try:
+        return catalog.read(rewrite(catalog, sql), memo=False)
+    except USER_ERRORS as e:
+        raise ValidationError(f"SELECT failed: {e}") from None

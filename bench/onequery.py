@@ -17,6 +17,7 @@ import functools
 import json
 import pickle
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -151,7 +152,7 @@ def reset(side: Side, target_info: str) -> str:
 
 
 def median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2] if values else float("nan")
+    return statistics.median(values) if values else float("nan")
 
 
 def half(label: str, lat: common.Latency) -> dict:

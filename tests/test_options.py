@@ -528,6 +528,7 @@ AUDIT |= {
     + "test_expired_files_leave_log_and_disk_and_the_sink_gets_every_record_once",
     "SET stream.merge.target.bytes": "test_stream_merge.py::test_stream_merge_option_is_checked",
     "SET stream.cleanup": "test_compaction.py::test_compaction_options_are_checked",
+    "SET sink.chaining": "test_chaining.py::test_set_sink_chaining_false_runs_a_query_per_sink",
     "SET stream.delete.retention": "test_compaction.py::test_compaction_options_are_checked",
 }
 _SOURCES = "test_source_options.py::"

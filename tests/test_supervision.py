@@ -247,11 +247,11 @@ def test_a_restart_under_way_when_the_worker_closes_leaves_no_query(spark, home,
     wait_until(lambda: w.catalog.get_connector("p").state == "RESTARTING", what="a restart")
     entered, real_start = threading.Event(), w.engine.start
 
-    def slow_start(plan):
+    def slow_start(plan, feeder=None):
         parquet(inbox / "a.parquet", "SELECT range::INT AS id FROM range(3)")  # it will run
         entered.set()
         time.sleep(1.0)  # the worker closes while this restart is launching
-        real_start(plan)
+        real_start(plan, feeder)
 
     w.engine.start = slow_start
     assert entered.wait(60), "the restart never began"

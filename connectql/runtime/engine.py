@@ -27,8 +27,8 @@ from connectql.connectors import streamsread
 from connectql.connectors.base import ReaderSpec
 from connectql.errors import PlanError
 from connectql.errortext import short_error
-from connectql.planner.plan import STREAM_WRITER, Plan
-from connectql.runtime import deadletters
+from connectql.planner.plan import STREAM_FORMAT, STREAM_WRITER, Plan
+from connectql.runtime import deadletters, ride
 from connectql.runtime.session import get_session
 from connectql.runtime.streamwriter import StreamWriter, writer_id
 from connectql.toolkit.envelope import deadletter_name
@@ -147,6 +147,7 @@ class Engine:
         self._reported: dict[str, int] = {}  # query run id -> last batch id reported
         self.lingering: dict[str, Stopper] = {}  # stopped queries still stuck in a call
         self.writers: dict[str, StreamWriter] = {}  # a source's foreachBatch, by connector
+        self.rides: dict[str, ride.Ride] = {}  # chained sinks (runtime/ride.py), by connector
         self._spark = None
         self._lock = threading.RLock()
         self.epoch: int | None = None  # the worker's lease epoch, given to its writers
@@ -193,7 +194,9 @@ class Engine:
         empty = self.spark.createDataFrame([], StructType.fromDDL(plan.reader.schema))
         return _transformed(empty, plan).schema
 
-    def start(self, plan: Plan) -> None:
+    def start(self, plan: Plan, feeder: str | None = None) -> None:
+        """Start the plan's query; a sink whose stream only the source of writer id `feeder`
+        writes rides that source's batches instead, when it can (runtime/ride.py)."""
         stuck = self.lingering.get(plan.connector)
         if stuck is not None:  # a stop that took long may just be finishing: wait a little
             stuck.join(STOP_WAIT_S)
@@ -207,14 +210,9 @@ class Engine:
         # Python data source writers are looked up in the JVM thread's active session; a start
         # from a restart timer's thread has none
         spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-        df = _transformed(self._read(spark, plan), plan)
-        if plan.writer.unused:
-            df = df.drop(*plan.writer.unused)
-        if plan.kind == "sink" and plan.options.get("tasks.max"):
-            # at most tasks.max writers (when given), without a shuffle: Spark splits the stream
-            # files (row groups of streamwriter.ROW_GROUP_BYTES) about one task per core; a
-            # round-robin repartition cost a pass over the rows and scattered their order
-            df = df.coalesce(plan.tasks)
+        if feeder is not None and self._ride(plan, feeder):
+            return
+        df = self.sink_frame(self._read(spark, plan), plan)
         if plan.transform is not None:  # rows its WHERE drops are not written (filtered_rows)
             df = df.observe(OBSERVED, F.count(F.lit(1)).alias("written"))
         elif plan.reader.format == streamsread.FORMAT:  # a row is a row group: count its rows
@@ -237,26 +235,98 @@ class Engine:
             self.queries[plan.connector] = query
             self._by_id[str(query.runId)] = plan.connector
 
+    def sink_frame(self, df, plan: Plan):
+        """A connector's rows as its writer gets them: transformed, less the columns it never
+        reads, and a sink's in at most tasks.max partitions."""
+        df = _transformed(df, plan)
+        if plan.writer.unused:
+            df = df.drop(*plan.writer.unused)
+        if plan.kind == "sink" and plan.options.get("tasks.max"):
+            # at most tasks.max writers (when given), without a shuffle: Spark splits the stream
+            # files (row groups of streamwriter.ROW_GROUP_BYTES) about one task per core; a
+            # round-robin repartition cost a pass over the rows and scattered their order
+            df = df.coalesce(plan.tasks)
+        return df
+
+    # ------------------------------------------------------------------ chained sinks
+    def _ride(self, plan: Plan, feeder: str) -> bool:
+        """Start the sink as a ride on the source of writer id `feeder`; False when it cannot
+        ride: not a database sink of one stream, or its own query has a batch to finish."""
+        spec = ride.target_class(plan.writer.format)
+        if spec is None or plan.reader.format != STREAM_FORMAT or not plan.reader.path:
+            return False
+        if plan.run == "once" or ride.pending(plan.checkpoint):
+            return False
+        sink = writer_id(plan.checkpoint)
+        ids = self._writer_ids(plan, ride.ridelog.rider_id(sink, feeder))
+        r = ride.Ride(self, plan, feeder, spec, {**plan.writer.options, **ids})
+        with self._lock:
+            self.finished[plan.connector] = threading.Event()
+            self.plans[plan.connector] = plan
+            self.queries[plan.connector] = r
+            self._by_id[str(r.runId)] = plan.connector
+            self.rides[plan.connector] = r
+        r.start()
+        log.info("sink %s rides the batches of its stream's source", plan.connector)
+        return True
+
+    def _after_batch(self, writer: StreamWriter, batch_id: int) -> None:
+        """A source's batch committed its files: the sinks riding its streams write them."""
+        paths = {o.path for o in writer.outputs}
+        for r in list(self.rides.values()):
+            if r.stream in paths:
+                r(writer, batch_id)
+
+    def ride_progress(self, r: ride.Ride, row: dict) -> None:
+        if self.rides.get(r.name) is r:
+            self.on_progress(r.name, row)
+
+    def ride_failed(self, r: ride.Ride) -> None:
+        """A ride failed: the sink's error, handled as its query's failure."""
+        self._terminated(str(r.runId), r.exception())
+
+    def hand_over(self, r: ride.Ride) -> None:
+        """Another writer feeds the ridden stream: the sink's own query takes over (started
+        on a thread of its own: this may be a source's batch)."""
+        with self._lock:
+            if self.rides.get(r.name) is not r:
+                return
+            del self.rides[r.name]
+            self._by_id.pop(str(r.runId), None)  # its end is no termination to report
+        threading.Thread(target=self._own_query, args=(r,), daemon=True).start()
+
+    def _own_query(self, r: ride.Ride) -> None:
+        r.stop()
+        try:
+            self.start(r.plan)
+        except Exception as e:
+            log.exception("starting the own query of sink %s failed", r.name)
+            with self._lock:
+                self._by_id[str(r.runId)] = r.name
+            self._terminated(str(r.runId), short_error(str(e)))
+
+    def _writer_ids(self, plan: Plan, wid: str) -> dict[str, str]:
+        """The options that tell a Python data source writer who writes: its id keys
+        exactly-once progress in the target."""
+        ids = {"connectql.writer": wid, "connectql.connector": plan.connector}
+        if plan.deadletter_path:
+            ids["connectql.deadletter"] = plan.deadletter_path
+        if self.epoch is not None:  # database sinks refuse a batch from an older epoch
+            ids["connectql.epoch"] = str(self.epoch)
+        return ids
+
     def _to_writer(self, df, plan: Plan):
         w = plan.writer
         if w.format == STREAM_WRITER:
             on_batch = functools.partial(self._stream_batch, plan)
-            sink = StreamWriter(writer_id(plan.checkpoint), deadletters.outputs(plan), on_batch)
+            outputs = deadletters.outputs(plan)
+            sink = StreamWriter(writer_id(plan.checkpoint), outputs, on_batch, self._after_batch)
             self.writers[plan.connector] = sink
             return df.writeStream.foreachBatch(sink)
         writer = df.writeStream.format(w.format).options(**w.options)
         if w.path:
             return writer.option("path", w.path)
-        # a Python data source writer: its id keys exactly-once progress in the target
-        ids = {
-            "connectql.writer": writer_id(plan.checkpoint),
-            "connectql.connector": plan.connector,
-        }
-        if plan.deadletter_path:
-            ids["connectql.deadletter"] = plan.deadletter_path
-        if self.epoch is not None:  # database sinks refuse a batch from an older epoch
-            ids["connectql.epoch"] = str(self.epoch)
-        return writer.options(**ids)
+        return writer.options(**self._writer_ids(plan, writer_id(plan.checkpoint)))
 
     def _stream_batch(self, plan: Plan, batch_id: int, rows: dict[str, int]) -> None:
         # an unread file's dead letter stands for no input row: it is not counted as one
@@ -277,7 +347,19 @@ class Engine:
             reader = reader.option("connectql.connector", plan.connector)
             reader = reader.option("connectql.checkpoint", plan.checkpoint)  # files beside it
         df = reader.load(r.path) if r.path else reader.load()
+        if plan.kind == "sink" and r.format == STREAM_FORMAT and r.path:
+            df = self._skip_ridden(df, plan)
         return deadletters.with_file_column(df) if r.corrupt_column or r.skips_unreadable else df
+
+    def _skip_ridden(self, df, plan: Plan):
+        """A sink that rode reads no stream file a ride delivered (runtime/ride.py)."""
+        spec = ride.target_class(plan.writer.format)
+        if spec is None or ride.ridelog.load(plan.checkpoint) is None:
+            return df
+        empty = self.spark.createDataFrame([], StructType.fromDDL(plan.reader.schema))
+        schema = self.sink_frame(empty, plan).schema
+        ids = self._writer_ids(plan, writer_id(plan.checkpoint))
+        return df.where(ride.own_query_filter(plan, spec, ids, schema))
 
     def stop(self, name: str, wait_s: float = STOP_WAIT_S) -> bool:
         """Stop a query gracefully: a source's batch under way may end (for STOP_GRACE_S),
@@ -336,6 +418,7 @@ class Engine:
                 return
             self.queries.pop(name, None)
             self.writers.pop(name, None)
+            self.rides.pop(name, None)
             stopped = name in self._stopping
             self._stopping.discard(name)
         if exception and not stopped:
@@ -429,9 +512,16 @@ def clear_partial_writes(checkpoint: str) -> None:
 
 def rejected_rows(plan: Plan, batch_id: int) -> int:
     """Rows a sink's batch sent to its dead-letter stream (relational/sink.py, toolkit/spark.py)."""
+    return rejected_rows_of(plan, writer_id(plan.checkpoint), batch_id)
+
+
+def rejected_rows_of(plan: Plan, wid: str, batch_id: int) -> int:
+    """Rows the batch of writer `wid` of a sink sent to its dead-letter stream."""
     import pyarrow.parquet as pq
 
-    name = deadletter_name(writer_id(plan.checkpoint), batch_id)
+    if not plan.deadletter_path:
+        return 0
+    name = deadletter_name(wid, batch_id)
     folder = Path(plan.deadletter_path)  # a toolkit sink's later rounds: <name>-<round>
     files = [*folder.glob(f"{name}.parquet"), *folder.glob(f"{name}-*.parquet")]
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)

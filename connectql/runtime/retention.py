@@ -16,6 +16,7 @@ from pathlib import Path
 from connectql.catalog.streams import local_path, log_files
 from connectql.config import Option, duration_ms
 from connectql.errors import ValidationError
+from connectql.runtime import ridelog
 
 STREAM_OPTIONS = {
     o.name: o
@@ -191,9 +192,11 @@ class Reader:
 
     read: frozenset[str] = frozenset()
     newest: int | None = None  # the newest file time in its source log; None: none yet
+    rides: ridelog.Rides | None = None  # what its rides delivered (a chained sink)
 
     def passed(self, entry: dict) -> bool:
-        if local_path(entry["path"]) in self.read:
+        path = local_path(entry["path"])
+        if path in self.read or (self.rides is not None and self.rides.ridden(path)):
             return True
         return self.newest is not None and entry["modificationTime"] < (
             self.newest - SPARK_MAX_FILE_AGE_MS
@@ -202,7 +205,8 @@ class Reader:
 
 def reader_of(checkpoint: str | Path) -> Reader:
     """A sink's progress from its file source's log (`sources/0`, one JSON line per file with
-    its time and batchId): files of batches up to its last commit count as read."""
+    its time and batchId): files of batches up to its last commit count as read, and the files
+    its rides delivered (ridelog) as passed."""
     done = last_commit(checkpoint)
     read, newest = set(), None
     for line in _log_lines(Path(checkpoint) / "sources" / "0"):
@@ -210,7 +214,7 @@ def reader_of(checkpoint: str | Path) -> Reader:
         newest = max(newest or 0, entry.get("timestamp", 0))
         if done is not None and entry.get("batchId", 0) <= done:
             read.add(local_path(entry["path"]))
-    return Reader(frozenset(read), newest)
+    return Reader(frozenset(read), newest, ridelog.load(checkpoint))
 
 
 def files_read(checkpoint: str | Path) -> set[str]:

@@ -88,8 +88,18 @@ class StreamWriter:
     one that begins after refuses to (written as an interruption, which Spark takes for the
     stop it is); the stop then waits for Spark to commit that last batch."""
 
-    def __init__(self, wid: str, outputs: list[Output], on_batch: Callable | None = None):
-        self.wid, self.outputs, self.on_batch = wid, outputs, on_batch
+    def __init__(
+        self,
+        wid: str,
+        outputs: list[Output],
+        on_batch: Callable | None = None,
+        after: Callable | None = None,
+    ):
+        """`on_batch(batch_id, {stream: rows})` and `after(writer, batch_id)` (a chained sink's
+        rides, runtime/ride.py) are called once a batch's files are committed, before Spark
+        commits the batch."""
+        self.wid, self.outputs, self.on_batch, self.after = wid, outputs, on_batch, after
+        self.written: dict[str, list[str]] = {}  # this batch's new files, by stream
         self._stopping, self._busy = threading.Event(), threading.Lock()
         self._last: int | None = None  # the id of the last batch written
         for o in outputs:  # an empty log: readers see an existing, empty stream
@@ -116,7 +126,10 @@ class StreamWriter:
         with self._busy:
             if self._stopping.is_set():
                 raise BatchFailed(_interrupted())
+            self.written = {}
             self._batch(df, batch_id)
+            if self.after is not None:
+                self.after(self, batch_id)
             self._last = batch_id
 
     def _batch(self, df, batch_id: int) -> None:
@@ -146,9 +159,12 @@ class StreamWriter:
 
     def _append(self, out: Output, rows, batch_id: int) -> int:
         """Write and commit one table's rows (an Arrow table, or None: none this batch)."""
+        self.written[out.path] = []
         if rows is not None and rows.num_rows:
             rows = out.select(rows)
-            append_table(out.path, f"{self.wid}-b{batch_id}-0", rows)
+            name = f"{self.wid}-b{batch_id}-0"
+            if append_table(out.path, name, rows):
+                self.written[out.path].append(str(Path(out.path) / f"{name}.parquet"))
         self._done[out.path].add(batch_id)
         return rows.num_rows if rows is not None else 0
 
@@ -176,6 +192,7 @@ class StreamWriter:
         if files:
             append_files(stream, files)
         self._done[out.path].add(batch_id)
+        self.written[out.path] = [str(f) for f in files]
         shutil.rmtree(self._staging(out, batch_id), ignore_errors=True)
         return files
 

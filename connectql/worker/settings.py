@@ -53,7 +53,23 @@ STREAM_SETTINGS: dict[str, Option] = {
         doc="how often the worker enforces stream retention and measures the streams",
     ),
 }
-WORKER_SETTINGS: dict[str, Option] = {**SUPERVISOR_SETTINGS, **STREAM_SETTINGS}
+CHAINING_KEY = "sink.chaining"
+ENGINE_SETTINGS: dict[str, Option] = {
+    CHAINING_KEY: Option(
+        CHAINING_KEY,
+        "bool",
+        True,
+        doc="a database sink whose stream one running source feeds writes inside that source's"
+        " micro-batches (one Spark query: a change reaches the target sooner); false: each"
+        " sink runs a query of its own",
+    )
+}
+WORKER_SETTINGS: dict[str, Option] = {**SUPERVISOR_SETTINGS, **STREAM_SETTINGS, **ENGINE_SETTINGS}
+
+
+def chaining(saved: dict[str, str]) -> bool:
+    """Whether sinks may ride their sources (SET sink.chaining)."""
+    return str(saved.get(CHAINING_KEY, "true")).lower() == "true"
 
 
 def check_setting(key: str, value: Any) -> str:

@@ -223,7 +223,9 @@ class Supervisor:
         # not plan.options: validation filled in the default there, hiding the worker's SET
         if plan is None or waited * 1000 < self.worker.options_of(name)["stall.timeout.ms"]:
             return None
-        return f"batch {running_batch(plan.checkpoint)} {waiting_on(plan, message, waited)}"
+        batch = status.get("batchId")  # a chained sink's ride says which (runtime/ride.py)
+        batch = running_batch(plan.checkpoint) if batch is None else batch
+        return f"batch {batch} {waiting_on(plan, message, waited)}"
 
 
 def running_batch(checkpoint: str) -> int:

@@ -40,6 +40,7 @@ from connectql.runtime.engine import Engine
 from connectql.runtime.logs import log_to, redact_spark_log, stop_logging
 from connectql.runtime.retention import check_options
 from connectql.runtime.session import logging_settings, send_jvm_output_to, stop_session
+from connectql.runtime.streamwriter import writer_id
 from connectql.toolkit.packed import FAILED_OPTION
 from connectql.worker import describe, lifecycle, settings
 from connectql.worker.home import HomeLock, default_home_text, home_of
@@ -454,7 +455,7 @@ class Worker:
         self.catalog.set_state(name, states.STARTING, reason)
         if plan.kind == "sink" and plan.run == "once":
             self._wait_for_feeders(plan.streams)
-        self.engine.start(_packed(plan, self.engine.resolve_schema))
+        self.engine.start(_packed(plan, self.engine.resolve_schema), self._feeder(plan))
         self.supervisor.started(name)
         with self.catalog.lock:  # a once-query may have finished already
             if self.catalog.state_of(name) == states.STARTING:
@@ -479,6 +480,25 @@ class Worker:
             failed = json.dumps(sorted(entry.tables_failed))
             reader = replace(reader, options={**reader.options, FAILED_OPTION: failed})
         return replace(plan, reader=reader)
+
+    def _feeder(self, plan: Plan) -> str | None:
+        """The stream writer id of the one continuous source that feeds a continuous sink's
+        one stream, which the sink may then ride (runtime/ride.py, SET sink.chaining)."""
+        if plan.kind != "sink" or plan.run == "once" or len(plan.streams) != 1:
+            return None
+        if not settings.chaining(self.catalog.settings()):
+            return None
+        feeders = [
+            e
+            for e in self.catalog.connectors()
+            if e.kind == "source" and plan.streams[0] in e.streams
+        ]
+        try:
+            if len(feeders) != 1 or self._plan(feeders[0]).run == "once":
+                return None
+        except ConnectQLError:  # its own start says what is wrong with it
+            return None
+        return writer_id(self.checkpoint_of(feeders[0].name))
 
     def _wait_for_feeders(self, streams: list[str]) -> None:
         feeders = [

@@ -1,0 +1,162 @@
+"""Chaining (runtime/ride.py): a database sink whose stream one running source feeds writes
+inside that source's micro-batches; every stream record reaches the target exactly once while
+it rides, after a pause, after a failed ride, and once a second source feeding the stream hands
+it over to a query of its own. The kill -9 tests of change capture run with chaining on too
+(tests/test_postgres_crash.py, tests/test_mysql_crash.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+
+from connectql.runtime.ride import Ride
+from tests.helpers import read_parquet_rows, run, wait_until
+from tests.pgserver import create_database
+
+pytestmark = pytest.mark.spark
+
+FIELDS = "fields = 'id BIGINT SEQUENCE, v INT RANDOM(1, 9)', seed = {seed}"
+# the stream's records as a multiset: a record delivered twice, or lost, changes it
+TALLY = "SELECT count(*), coalesce(sum(id * 10 + v), 0) FROM {}"
+
+
+@pytest.fixture
+def target(pg_shared):
+    """A fresh database: (connection options, conninfo)."""
+    name = f"cq_{uuid.uuid4().hex[:8]}"
+    info = create_database(pg_shared.conninfo(), name)
+    s = pg_shared
+    yield f"host = '{s.host}', port = {s.port}, user = '{s.user}', database = '{name}'", info
+    with psycopg.connect(s.conninfo(), autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def sql(info: str, statement: str):
+    with psycopg.connect(info, autocommit=True) as c:
+        cur = c.execute(statement)
+        return cur.fetchall() if cur.description else None
+
+
+def tallies(worker, info: str):
+    """(the stream's tally, the target's), once the target exists."""
+    stream = read_parquet_rows(worker.home / "streams/nums", TALLY.format("t"))
+    try:
+        return tuple(stream[0]) if stream else (0, 0), sql(info, TALLY.format("appended"))[0]
+    except psycopg.errors.UndefinedTable:
+        return None
+
+
+def caught_up(worker, info: str, rows: int):
+    t = tallies(worker, info)
+    return t if t and t[0] == t[1] and t[0][0] == rows else None
+
+
+def source(name: str, rows: int, seed: int, rate: int = 2000) -> str:
+    return (
+        f"CREATE SOURCE CONNECTOR {name} FROM datagen INTO nums WITH ('rows.total' = {rows},"
+        f" 'rows.per.second' = {rate}, 'rows.per.batch' = 300, {FIELDS.format(seed=seed)});"
+    )
+
+
+def sink(conn: str, extra: str = "") -> str:
+    return (
+        f"CREATE SINK CONNECTOR out TO postgres FROM nums WITH ({conn}, table = 'appended'{extra});"
+    )
+
+
+def connector(worker, name: str):
+    return worker.catalog.get_connector(name)
+
+
+def rows_total(worker, name: str) -> int:
+    return worker.catalog.query("SELECT rows_total FROM connectors WHERE name = ?", [name])[1][0][0]
+
+
+def test_a_sink_rides_its_source_then_hands_over_to_a_query_of_its_own(worker, target):
+    conn, info = target
+    run(worker, source("gen1", 3000, 1) + sink(conn))
+    assert isinstance(worker.engine.queries["out"], Ride)
+    got = wait_until(lambda: caught_up(worker, info, 3000), 60, what="the first 3000 rows")
+    assert got[1][0] == 3000
+    out = connector(worker, "out")
+    assert (out.state, out.last_error) == ("RUNNING", None)
+    metrics = worker.catalog.query(
+        "SELECT count(*), sum(written_rows) FROM connector_metrics WHERE connector = 'out'"
+    )[1][0]
+    assert metrics[0] > 1 and metrics[1] == 3000
+    assert rows_total(worker, "out") == 3000
+    # a second source into the stream: the sink's own query takes over, skipping what rode
+    run(worker, source("gen2", 2000, 2))
+    wait_until(lambda: not isinstance(worker.engine.queries.get("out"), Ride), 30, what="hand-over")
+    wait_until(
+        lambda: caught_up(worker, info, 5000),
+        90,
+        what="5000 rows",
+        diagnose=lambda: tallies(worker, info),
+    )
+    assert connector(worker, "out").state == "RUNNING"
+
+
+def test_a_paused_sink_catches_up_when_resumed_without_waiting_for_its_source(worker, target):
+    conn, info = target
+    run(worker, source("gen", 2000, 3, rate=1000) + sink(conn))
+    wait_until(lambda: (tallies(worker, info) or ((0, 0), (0, 0)))[1][0] > 0, 30, what="rows")
+    run(worker, "PAUSE CONNECTOR out")
+    wait_until(lambda: rows_total(worker, "gen") == 2000, 60, what="the source's 2000 rows")
+    behind = tallies(worker, info)
+    assert behind[1][0] < 2000  # the source went on while the sink was paused
+    run(worker, "RESUME CONNECTOR out")
+    assert isinstance(worker.engine.queries["out"], Ride)
+    wait_until(lambda: caught_up(worker, info, 2000), 30, what="the backlog")
+
+
+def test_a_failed_ride_fails_the_sink_alone_and_it_recovers(worker, target):
+    conn, info = target
+    run(
+        worker,
+        source("gen", 100_000, 4, rate=300)
+        + sink(conn, ", 'errors.retry.backoff.ms' = 300, 'errors.retry.max' = 1000"),
+    )
+    wait_until(lambda: (tallies(worker, info) or ((0, 0), (0, 0)))[1][0] > 0, 30, what="rows")
+    sql(info, "ALTER TABLE appended ADD CONSTRAINT refused CHECK (v < 0) NOT VALID")
+    wait_until(
+        lambda: "refused" in (connector(worker, "out").last_error or ""), 30, what="the failure"
+    )
+    assert connector(worker, "out").state in ("RESTARTING", "STARTING", "RUNNING")
+    assert connector(worker, "gen").state == "RUNNING"
+    sql(info, "ALTER TABLE appended DROP CONSTRAINT refused")
+    wait_until(
+        lambda: (
+            connector(worker, "out").state == "RUNNING"
+            and isinstance(worker.engine.queries.get("out"), Ride)
+        ),
+        30,
+        what="the sink riding again",
+    )
+    run(worker, "PAUSE CONNECTOR gen")
+    rows = rows_total(worker, "gen")
+    wait_until(lambda: caught_up(worker, info, rows), 30, what="every row once")
+
+
+def test_set_sink_chaining_false_runs_a_query_per_sink(worker, target):
+    conn, info = target
+    run(worker, "SET sink.chaining = false;" + source("gen", 1000, 5) + sink(conn))
+    assert not isinstance(worker.engine.queries["out"], Ride)
+    assert worker.engine.queries["out"].isActive
+    wait_until(lambda: caught_up(worker, info, 1000), 60, what="1000 rows")
+
+
+def test_a_source_paused_and_resumed_leaves_its_sink_riding_without_an_error(worker, target):
+    conn, info = target
+    run(worker, source("gen", 100_000, 6, rate=1500) + sink(conn))
+    for _ in range(2):
+        wait_until(lambda: rows_total(worker, "out") > 0, 30, what="rows")
+        run(worker, "PAUSE CONNECTOR gen")  # may stop a ride under way: not the sink's error
+        rows = rows_total(worker, "gen")
+        wait_until(lambda r=rows: caught_up(worker, info, r), 30, what=f"{rows} rows once")
+        out = connector(worker, "out")
+        assert (out.state, out.last_error) == ("RUNNING", None)
+        assert isinstance(worker.engine.queries["out"], Ride)
+        run(worker, "RESUME CONNECTOR gen")

@@ -1,21 +1,14 @@
-"""Issue 18's "one query" plan, probed: the CDC latency of a cdc source and its PostgreSQL sink
-run as two queries (today's plan: source -> stream, stream -> target) against the same pair
-with the sink's writes made by the source's own micro-batch, right after the stream's files,
-on one warm worker in one run, for a PostgreSQL and a MariaDB source.
-
-A probe, not the feature: the sink is paused, and the source's foreachBatch then runs a Spark
-job that reads the batch's stream files and writes them with the sink's own Target in its
-tasks (Target.write), the driver committing them under the batch's id (Target.commit) with a
-writer id of its own. Both halves are checked by value: the target's count and checksum equal
-the source's after each (reset in between: the second half's changes repeat the first's)."""
+"""Chaining (issue 18's one-query plan, runtime/ride.py) against two queries: the CDC latency
+of a cdc source and its PostgreSQL sink with `SET sink.chaining = false` (source -> stream,
+stream -> target, each its own query) and then, the same pair restarted with chaining on, the
+sink riding the source's batches, on one warm worker in one run, for a PostgreSQL and a
+MariaDB source. Both halves are checked by value: the target's count and checksum equal the
+source's after each (reset in between: the second half's changes repeat the first's)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
-import json
-import pickle
 import shutil
 import statistics
 import sys
@@ -92,53 +85,27 @@ def mysql() -> Side:
     )
 
 
-def write_task(options: dict, schema_json: str, batch_id: int, batches):
-    """In a Spark task: the task's rows written by the sink's Target; yields its message."""
-    import pyarrow as pa
-    from pyspark import TaskContext
-    from pyspark.sql.types import StructType
+def chain(cq: Connectql) -> list[float]:
+    """Chaining on, and the sink restarted so that it rides its source; returns the list its
+    rides' seconds go to (read from connector_metrics after the half)."""
+    from connectql.runtime.ride import Ride
 
-    from connectql.connectors.postgres.sink import PgTarget
-    from connectql.connectors.relational.sink import SinkSettings
+    cq.run(f"SET sink.chaining = true; RESTART CONNECTOR {LABEL}_dst")
+    deadline = time.monotonic() + 60
+    while not isinstance(cq.worker.engine.queries.get(f"{LABEL}_dst"), Ride):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{LABEL}_dst does not ride: {cq.problems([f'{LABEL}_dst'])}")
+        time.sleep(0.1)
+    return []
 
-    schema = StructType.fromJson(json.loads(schema_json))
-    target = PgTarget(SinkSettings.from_options(options), schema)
-    msg = target.write(batch_id, TaskContext.get().partitionId(), batches)
-    yield pa.RecordBatch.from_pydict({"msg": [pickle.dumps(msg)]})
 
-
-def fuse(cq: Connectql) -> list[float]:
-    """Pause the sink; from the source's next batch on, its stream writer writes the target
-    too. Returns the list the fused writes' seconds go to."""
-    from connectql.connectors.postgres.sink import PgTarget
-    from connectql.connectors.relational.sink import SinkSettings
-
-    engine = cq.worker.engine
-    plan = engine.plans[f"{LABEL}_dst"]
-    cq.run(f"PAUSE CONNECTOR {LABEL}_dst")
-    options = {**plan.writer.options, "connectql.writer": "onequery"}
-    schema = engine.sink_schema(plan)
-    target = PgTarget(SinkSettings.from_options(options), schema)
-    target.prepare("the one-query probe")
-    target.ensure_progress_row()
-    writer = engine.writers[f"{LABEL}_src"]
-    stream, before, spark = Path(writer.outputs[0].path), writer.on_batch, engine.spark
-    seconds: list[float] = []
-
-    def on_batch(batch_id: int, rows: dict[str, int]) -> None:
-        if before:
-            before(batch_id, rows)
-        files = sorted(str(f) for f in stream.glob(f"{writer.wid}-b{batch_id}-*.parquet"))
-        if files:
-            t0 = time.perf_counter()
-            df = spark.read.schema(schema).parquet(*files)
-            task = functools.partial(write_task, options, schema.json(), batch_id)
-            msgs = [pickle.loads(r.msg) for r in df.mapInArrow(task, "msg BINARY").collect()]
-            target.commit(msgs, batch_id)
-            seconds.append(time.perf_counter() - t0)
-
-    writer.on_batch = on_batch
-    return seconds
+def ride_seconds(cq: Connectql, since: float) -> list[float]:
+    """The seconds of the sink's rides with rows since `since` (epoch seconds)."""
+    sql = (
+        "SELECT duration_ms FROM connector_metrics WHERE connector = ? AND input_rows > 0"
+        " AND started_at >= to_timestamp(?)::TIMESTAMP"
+    )
+    return [r[0] / 1000 for r in cq.worker.catalog.query(sql, [f"{LABEL}_dst", since])[1]]
 
 
 def reset(side: Side, target_info: str) -> str:
@@ -180,6 +147,7 @@ def probe(side: Side, tmp: Path) -> list[dict]:
     try:
         want = side.fill()
         cq = Connectql(tmp / side.name, "postgres" if side.name == "PostgreSQL" else "mysql")
+        cq.run("SET sink.chaining = false")  # the first half: two queries
         info = side.create_target("cdcdb")
         snap = cq.cdc(
             ROWS,
@@ -192,11 +160,15 @@ def probe(side: Side, tmp: Path) -> list[dict]:
         )
         console.print(f"  snapshot: {snap.seconds:.2f} s, {snap.check}")
         rows = [half("two queries", side.measure(cq, info))]
-        seconds = fuse(cq)
+        chain(cq)
         console.print(f"  reset: {reset(side, info)}")
-        rows.append(half("one query", side.measure(cq, info)))
+        since = time.time()
+        rows.append(half("chained", side.measure(cq, info)))
+        seconds = ride_seconds(cq, since)
         rows[-1]["sink write"] = median(seconds)
-        console.print(f"  the fused sink writes: {len(seconds)}, median {median(seconds):.3f} s")
+        console.print(
+            f"  the sink's rides with rows: {len(seconds)}, median {median(seconds):.3f} s"
+        )
         return rows
     finally:
         if cq is not None:

@@ -6,13 +6,15 @@ it over to a query of its own. The kill -9 tests of change capture run with chai
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import psycopg
 import pytest
 
+from connectql.catalog.streams import committed_files
 from connectql.runtime.ride import Ride
-from tests.helpers import read_parquet_rows, run, wait_until
+from tests.helpers import lag_of, read_parquet_rows, run, wait_until
 from tests.pgserver import create_database
 
 pytestmark = pytest.mark.spark
@@ -53,10 +55,10 @@ def caught_up(worker, info: str, rows: int):
     return t if t and t[0] == t[1] and t[0][0] == rows else None
 
 
-def source(name: str, rows: int, seed: int, rate: int = 2000) -> str:
+def source(name: str, rows: int, seed: int, rate: int = 2000, batch: int = 300) -> str:
     return (
         f"CREATE SOURCE CONNECTOR {name} FROM datagen INTO nums WITH ('rows.total' = {rows},"
-        f" 'rows.per.second' = {rate}, 'rows.per.batch' = 300, {FIELDS.format(seed=seed)});"
+        f" 'rows.per.second' = {rate}, 'rows.per.batch' = {batch}, {FIELDS.format(seed=seed)});"
     )
 
 
@@ -76,7 +78,7 @@ def rows_total(worker, name: str) -> int:
 
 def test_a_sink_rides_its_source_then_hands_over_to_a_query_of_its_own(worker, target):
     conn, info = target
-    run(worker, source("gen1", 3000, 1) + sink(conn))
+    run(worker, source("gen1", 3000, 1, batch=200) + sink(conn))
     assert isinstance(worker.engine.queries["out"], Ride)
     got = wait_until(lambda: caught_up(worker, info, 3000), 60, what="the first 3000 rows")
     assert got[1][0] == 3000
@@ -87,7 +89,12 @@ def test_a_sink_rides_its_source_then_hands_over_to_a_query_of_its_own(worker, t
     )[1][0]
     assert metrics[0] > 1 and metrics[1] == 3000
     assert rows_total(worker, "out") == 3000
+    # retention merges the files rides delivered: a merged file holds only those
+    run(worker, "SET stream.retention.check.interval = '1 s'")
+    stream = worker.home / "streams/nums"
+    wait_until(lambda: any("merged-" in f for f in committed_files(stream)), 30, what="a merge")
     # a second source into the stream: the sink's own query takes over, skipping what rode
+    # and the files merged from it
     run(worker, source("gen2", 2000, 2))
     wait_until(lambda: not isinstance(worker.engine.queries.get("out"), Ride), 30, what="hand-over")
     wait_until(
@@ -101,7 +108,7 @@ def test_a_sink_rides_its_source_then_hands_over_to_a_query_of_its_own(worker, t
 
 def test_a_paused_sink_catches_up_when_resumed_without_waiting_for_its_source(worker, target):
     conn, info = target
-    run(worker, source("gen", 2000, 3, rate=1000) + sink(conn))
+    run(worker, source("gen", 2000, 3, rate=1000, batch=100) + sink(conn))
     wait_until(lambda: (tallies(worker, info) or ((0, 0), (0, 0)))[1][0] > 0, 30, what="rows")
     run(worker, "PAUSE CONNECTOR out")
     wait_until(lambda: rows_total(worker, "gen") == 2000, 60, what="the source's 2000 rows")
@@ -110,6 +117,15 @@ def test_a_paused_sink_catches_up_when_resumed_without_waiting_for_its_source(wo
     run(worker, "RESUME CONNECTOR out")
     assert isinstance(worker.engine.queries["out"], Ride)
     wait_until(lambda: caught_up(worker, info, 2000), 30, what="the backlog")
+    # what rides delivered counts as read (the sink's measured lag), so retention merges the
+    # stream's small files, and the merged files count as read too
+    run(worker, "SET stream.retention.check.interval = '1 s'")
+    stream = worker.home / "streams/nums"
+    wait_until(lambda: any("merged-" in f for f in committed_files(stream)), 30, what="a merge")
+    time.sleep(2)  # a retention pass after the merge
+    wait_until(
+        lambda: lag_of(worker, "out") == 0, 30, what="lag 0", diagnose=lambda: lag_of(worker, "out")
+    )
 
 
 def test_a_failed_ride_fails_the_sink_alone_and_it_recovers(worker, target):

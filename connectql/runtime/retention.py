@@ -196,7 +196,7 @@ class Reader:
 
     def passed(self, entry: dict) -> bool:
         path = local_path(entry["path"])
-        if path in self.read or (self.rides is not None and self.rides.ridden(path)):
+        if path in self.read or (self.rides is not None and self.rides.passed(path)):
             return True
         return self.newest is not None and entry["modificationTime"] < (
             self.newest - SPARK_MAX_FILE_AGE_MS

@@ -34,9 +34,9 @@ from pyspark.sql.types import StructType
 from connectql.catalog.streams import committed_files
 from connectql.runtime import ridelog
 from connectql.runtime.retention import files_read, last_commit
+from connectql.runtime.ridelog import MERGED_PREFIX
 
 log = logging.getLogger("connectql.runtime")
-MERGED_PREFIX = "merged-"
 
 
 def target_class(fmt: str) -> str | None:
@@ -215,18 +215,11 @@ class Ride:
             if m and m.group(1) == self.source:
                 if int(m.group(2)) > self.done:
                     mine.append((int(m.group(2)), int(m.group(3)), f))
-            elif self.rides.ridden(f) or self._merged_passed(f, name):
+            elif self.rides.passed(f) or (self.own_started and name.startswith(MERGED_PREFIX)):
                 continue
             else:
                 foreign.append(f)
         return [(b, f) for b, _i, f in sorted(mine)], foreign
-
-    def _merged_passed(self, path: str, name: str) -> bool:
-        """A merged file holds only files every reader had passed when it was made: for this
-        sink, files it delivered, if it was a reader then (its own query had run, or it rode)."""
-        if not name.startswith(MERGED_PREFIX):
-            return False
-        return self.own_started or _mtime(path) >= self.rides.since
 
     def _ride(self, batch_id: int, files: list[str]) -> None:
         self._busy, t0 = batch_id, time.time()
@@ -299,19 +292,10 @@ def own_query_filter(plan, spec: str, ids: dict[str, str], schema: StructType):
     for source, done in rides.done.items():
         ridden = ridden | ((writer == source) & (batch.cast("bigint") <= done))
     merged = [
-        os.path.basename(f)
-        for f in committed_files(plan.reader.path)
-        if os.path.basename(f).startswith(MERGED_PREFIX) and _mtime(f) >= rides.since
+        os.path.basename(f) for f in committed_files(plan.reader.path) if rides.merged_since(f)
     ]
     skipped = ridden | name.isin(merged) if merged else ridden
     return ~skipped
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except FileNotFoundError:
-        return 0.0
 
 
 def _rows(path: str) -> int:

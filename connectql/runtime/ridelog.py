@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 RIDES_FILE = "connectql-rides.json"
+MERGED_PREFIX = "merged-"  # runtime/merge.py's files
 WRITTEN = re.compile(r"^([0-9a-f]{12})-b(\d+)-(\d+)\.parquet$")  # streamwriter's file names
 
 
@@ -30,6 +31,20 @@ class Rides:
         """Whether a ride delivered the stream file at `path`."""
         m = WRITTEN.match(os.path.basename(path))
         return bool(m) and int(m.group(2)) <= self.done.get(m.group(1), -1)
+
+    def merged_since(self, path: str) -> bool:
+        """Whether `path` is a file merged since the sink first rode: retention merges only
+        files every reader has passed, so it holds only records the sink has delivered."""
+        if not os.path.basename(path).startswith(MERGED_PREFIX):
+            return False
+        try:
+            return os.stat(path).st_mtime >= self.since
+        except FileNotFoundError:
+            return False
+
+    def passed(self, path: str) -> bool:
+        """Whether the sink has delivered every record of the stream file at `path`."""
+        return self.ridden(path) or self.merged_since(path)
 
 
 def rider_id(sink_writer: str, source_writer: str) -> str:

@@ -19,6 +19,7 @@ from connectql.toolkit.envelope import (  # noqa: F401 (re-exported)
     DEAD_LETTER_COLUMN,
     DEADLETTER_ARROW,
     DEADLETTER_DDL,
+    deadletter_name,
 )
 from connectql.toolkit.envelope import DEADLETTER_TEXT_COLUMNS as TEXT_COLUMNS  # noqa: F401
 from connectql.toolkit.packed import DEAD_LETTERS, ONE_KEY, ONE_OPTION
@@ -150,3 +151,14 @@ def _toolkit_dead_letters(df, plan):
         *[field(f"$.{c}").alias(c) for c in TEXT_COLUMNS[2:]],
         F.current_timestamp().alias("time"),
     )
+
+
+def rejected_rows(path: str | None, wid: str, batch_id: int) -> int:
+    """Rows the batch `batch_id` of sink writer `wid` sent to its dead-letter stream at `path`
+    (relational/sink.py, toolkit/spark.py)."""
+    if not path:
+        return 0
+    name = deadletter_name(wid, batch_id)
+    folder = Path(path)  # a toolkit sink's later rounds: <name>-<round>
+    files = [*folder.glob(f"{name}.parquet"), *folder.glob(f"{name}-*.parquet")]
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)

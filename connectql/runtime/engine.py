@@ -31,7 +31,6 @@ from connectql.planner.plan import STREAM_FORMAT, STREAM_WRITER, Plan
 from connectql.runtime import deadletters, ride
 from connectql.runtime.session import get_session
 from connectql.runtime.streamwriter import StreamWriter, writer_id
-from connectql.toolkit.envelope import deadletter_name
 from connectql.toolkit.packed import SCHEMAS_OPTION
 
 log = logging.getLogger("connectql.runtime")
@@ -442,7 +441,9 @@ class Engine:
         dead = self._dead.pop((name, p.batchId), 0)  # a source's, from its stream writer
         rows = self._packed.pop((name, p.batchId), None)
         if plan.kind == "sink" and plan.deadletter_path:  # a database sink's, from its stream
-            dead = rejected_rows(plan, p.batchId)
+            dead = deadletters.rejected_rows(
+                plan.deadletter_path, writer_id(plan.checkpoint), p.batchId
+            )
         r = plan.reader
         self.on_progress(name, progress_row(p, r.lag_field, dead, r.lag_bytes_field, rows))
 
@@ -508,23 +509,6 @@ def clear_partial_writes(checkpoint: str) -> None:
     for log_dir in ("offsets", "commits"):
         for left in Path(checkpoint, log_dir).glob(".*.tmp*"):
             left.unlink(missing_ok=True)
-
-
-def rejected_rows(plan: Plan, batch_id: int) -> int:
-    """Rows a sink's batch sent to its dead-letter stream (relational/sink.py, toolkit/spark.py)."""
-    return rejected_rows_of(plan, writer_id(plan.checkpoint), batch_id)
-
-
-def rejected_rows_of(plan: Plan, wid: str, batch_id: int) -> int:
-    """Rows the batch of writer `wid` of a sink sent to its dead-letter stream."""
-    import pyarrow.parquet as pq
-
-    if not plan.deadletter_path:
-        return 0
-    name = deadletter_name(wid, batch_id)
-    folder = Path(plan.deadletter_path)  # a toolkit sink's later rounds: <name>-<round>
-    files = [*folder.glob(f"{name}.parquet"), *folder.glob(f"{name}-*.parquet")]
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
 def _transformed(df, plan: Plan):

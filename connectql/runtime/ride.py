@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from connectql.catalog.streams import committed_files
-from connectql.runtime import ridelog
+from connectql.runtime import deadletters, ridelog
 from connectql.runtime.retention import files_read, last_commit
 from connectql.runtime.ridelog import MERGED_PREFIX
 
@@ -243,10 +243,9 @@ class Ride:
         return [pickle.loads(row.msg) for row in df.mapInArrow(task, "msg BINARY").collect()]
 
     def _progress(self, batch_id: int, t0: float, inputs: int, written: int) -> dict:
-        from connectql.runtime.engine import rejected_rows_of
-
         seconds = max(time.time() - t0, 1e-6)
-        dead = rejected_rows_of(self.plan, self.options["connectql.writer"], batch_id)
+        wid = self.options["connectql.writer"]
+        dead = deadletters.rejected_rows(self.plan.deadletter_path, wid, batch_id)
         offset = json.dumps({"source": self.source, "batch": batch_id})
         return {
             "batch_id": batch_id,

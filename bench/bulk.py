@@ -369,24 +369,34 @@ def connectql_warm(cq: Connectql, data: Data, rss: TreeRss, source: str, cdc: bo
     )
     out.append(Copy("connectql bulk + sink, warm worker", source, run.seconds, run.check,
                     rss.peak(), run.note, run.cpu))  # fmt: skip
-    if cdc:
-        db = f"cdc_{tag}"
-        info = data.target(db)
-        rss.reset()
-        run = cq.cdc(
-            data.rows,
-            options,
-            data.srv.pg_options(db),
-            info,
-            lambda: data.check(db),
-            timeout=max(600.0, data.rows / 1000),
-            label=f"c{tag}",
-        )
-        out.append(Copy("connectql cdc snapshot + upsert sink, warm worker", source,
-                        run.seconds, run.check, rss.peak(), run.note))  # fmt: skip
-        for name in (f"c{tag}_src", f"c{tag}_dst"):  # stop it loading the machine
-            cq.run(f"DROP CONNECTOR IF EXISTS {name};")
+    for chained in (True, False) if cdc else ():
+        out.append(cdc_copy(cq, data, rss, source, options, chained))
     return out
+
+
+def cdc_copy(cq: Connectql, data: Data, rss: TreeRss, source: str, options: str, chained: bool):
+    """The cdc snapshot into a continuous upsert sink, the sink riding the source (chaining,
+    runtime/ride.py) or as a query of its own (SET sink.chaining = false)."""
+    tag = ("c" if chained else "u") + source[:2]
+    db = f"cdc_{tag}"
+    info = data.target(db)
+    cq.run(f"SET sink.chaining = {str(chained).lower()}")
+    rss.reset()
+    run = cq.cdc(
+        data.rows,
+        options,
+        data.srv.pg_options(db),
+        info,
+        lambda: data.check(db),
+        timeout=max(600.0, data.rows / 1000),
+        label=tag,
+    )
+    cq.run("SET sink.chaining = true")
+    for name in (f"{tag}_src", f"{tag}_dst"):  # stop it loading the machine
+        cq.run(f"DROP CONNECTOR IF EXISTS {name};")
+    how = "the sink riding the source" if chained else "two queries"
+    return Copy(f"connectql cdc snapshot + upsert sink, warm worker, {how}", source,
+                run.seconds, run.check, rss.peak(), run.note)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

@@ -291,3 +291,20 @@ def test_a_sink_that_cannot_start_is_not_created_and_says_why(worker, tmp_path):
         run(worker, f"CREATE SINK CONNECTOR k TO file FROM s WITH (path = '{blocker}/out')")
     assert not worker.catalog.has_connector("k")
     assert not (worker.home / "checkpoints/k").exists()
+
+
+def test_a_select_waits_for_the_once_connectors_of_its_own_script_only(worker):
+    """A batch script reads its once-connectors' results in order; a SELECT sent on its own
+    (the shell's prompt, POST /sql) answers at once with their state."""
+    slow = (
+        "CREATE SOURCE CONNECTOR {} FROM datagen INTO {} WITH ('rows.total' = 400,"
+        " 'rows.per.second' = 100, 'rows.per.batch' = 50, run = 'once');"
+    )
+    shown = "SELECT state FROM connectors WHERE name = '{}'"
+    waited = run(worker, slow.format("g1", "s1") + shown.format("g1"))[-1]
+    assert waited.rows == [("FINISHED",)]
+    run(worker, slow.format("g2", "s2"))
+    alone = run(worker, shown.format("g2"))[0]
+    assert alone.rows in ([("RUNNING",)], [("STARTING",)])
+    worker.wait_for_once()
+    assert run(worker, shown.format("g2"))[0].rows == [("FINISHED",)]

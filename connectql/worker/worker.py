@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -83,6 +84,8 @@ class Worker:
         self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.home_lock = HomeLock(self.home, required=epoch is None)
         self._log_secrets: list[str] = []
+        # per thread: the connectors the script running on it started (SELECT waits for those)
+        self._script = threading.local()
         self._log_handler = log_to(self.home / "worker.log", lambda: self._log_secrets)
         if not os.environ.get("CONNECTQL_VERBOSE"):  # the JVM's warnings stay in the home
             send_jvm_output_to(self.home / "jvm.log", lambda: self._log_secrets)
@@ -275,13 +278,18 @@ class Worker:
 
     def run_statements(self, stmts: list[ast.Statement], source: str = ""):
         """run_script's statements, parsed already."""
-        for stmt in stmts:
-            try:
-                yield stmt, self.execute(stmt)
-            except ConnectQLError as e:
-                where = f"{source}:{stmt.line}" if source else f"line {stmt.line}"
-                e.args = (f"{where}: {self._scrub(str(e))}",)
-                raise e from None
+        outer = getattr(self._script, "started", None)
+        self._script.started = set() if outer is None else outer
+        try:
+            for stmt in stmts:
+                try:
+                    yield stmt, self.execute(stmt)
+                except ConnectQLError as e:
+                    where = f"{source}:{stmt.line}" if source else f"line {stmt.line}"
+                    e.args = (f"{where}: {self._scrub(str(e))}",)
+                    raise e from None
+        finally:
+            self._script.started = outer
 
     def _do_CreateSourceConnector(self, s: ast.CreateSourceConnector) -> Result:  # noqa: N802
         return self._create(
@@ -456,6 +464,9 @@ class Worker:
         if plan.kind == "sink" and plan.run == "once":
             self._wait_for_feeders(plan.streams)
         self.engine.start(_packed(plan, self.engine.resolve_schema), self._feeder(plan))
+        started = getattr(self._script, "started", None)
+        if started is not None:  # by a statement of the script on this thread
+            started.add(name)
         self.supervisor.started(name)
         with self.catalog.lock:  # a once-query may have finished already
             if self.catalog.state_of(name) == states.STARTING:
@@ -681,7 +692,9 @@ class Worker:
         return Result(f"{done}; it takes effect when the worker starts again")
 
     def _do_Select(self, s: ast.Select) -> Result:  # noqa: N802
-        self.wait_for_once()  # a batch script sees its once-connectors' results in order
+        # a batch script sees the results of the once-connectors it started, in order; a
+        # SELECT of its own (the shell, POST /sql) answers at once
+        self.wait_for_once(getattr(self._script, "started", None))
         columns, rows = run_select(self.catalog, s.sql)
         return Result(columns=columns, rows=rows)
 

@@ -72,6 +72,11 @@ def connector(worker, name: str):
     return worker.catalog.get_connector(name)
 
 
+def runs_as(worker, name: str) -> str:
+    rows = run(worker, f"DESCRIBE CONNECTOR {name}")[0].rows
+    return dict(rows)["runs as"]
+
+
 def rows_total(worker, name: str) -> int:
     return worker.catalog.query("SELECT rows_total FROM connectors WHERE name = ?", [name])[1][0][0]
 
@@ -80,6 +85,8 @@ def test_a_sink_rides_its_source_then_hands_over_to_a_query_of_its_own(worker, t
     conn, info = target
     run(worker, source("gen1", 3000, 1, batch=200) + sink(conn))
     assert isinstance(worker.engine.queries["out"], Ride)
+    assert runs_as(worker, "out").startswith("chained")
+    assert runs_as(worker, "gen1") == "its own Spark query"
     got = wait_until(lambda: caught_up(worker, info, 3000), 60, what="the first 3000 rows")
     assert got[1][0] == 3000
     out = connector(worker, "out")
@@ -97,6 +104,7 @@ def test_a_sink_rides_its_source_then_hands_over_to_a_query_of_its_own(worker, t
     # and the files merged from it
     run(worker, source("gen2", 2000, 2))
     wait_until(lambda: not isinstance(worker.engine.queries.get("out"), Ride), 30, what="hand-over")
+    assert runs_as(worker, "out") == "its own Spark query"
     wait_until(
         lambda: caught_up(worker, info, 5000),
         90,

@@ -92,6 +92,7 @@ def _connector(worker, name: str) -> Result:
         *[(f"table {t} stopped", error) for t, error in e.tables_failed.items()],
         *zip(keys, rows[0], strict=True),
         ("checkpoint", worker.checkpoint_of(name)),
+        ("runs as", _runs_as(worker, name)),
     ]
     if e.select_sql:
         props.append(("transform", e.select_sql))
@@ -101,6 +102,14 @@ def _connector(worker, name: str) -> Result:
         rows=[(k, _text(v)) for k, v in props],
         title=f"connector {name}",
     )
+
+
+def _runs_as(worker, name: str) -> str:
+    """How the connector runs in this worker now: chained to its source, or its own query."""
+    engine = worker.engine
+    if name in engine.rides:
+        return "chained: it writes the batches of its stream's source (SET sink.chaining)"
+    return "its own Spark query" if engine.is_active(name) else "not running in this worker"
 
 
 def _stream(worker, name: str) -> Result:

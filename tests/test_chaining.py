@@ -184,3 +184,14 @@ def test_a_source_paused_and_resumed_leaves_its_sink_riding_without_an_error(wor
         assert (out.state, out.last_error) == ("RUNNING", None)
         assert isinstance(worker.engine.queries["out"], Ride)
         run(worker, "RESUME CONNECTOR gen")
+
+
+def test_a_sink_of_a_run_once_source_or_of_two_sources_runs_its_own_query(worker, target):
+    conn, info = target
+    once = source("gen", 500, 7).replace("'rows.total'", "run = 'once', 'rows.total'")
+    run(worker, once + sink(conn))
+    assert runs_as(worker, "out") == "its own Spark query"
+    wait_until(lambda: caught_up(worker, info, 500), 60, what="500 rows")
+    run(worker, "DROP CONNECTOR out; DROP CONNECTOR gen;" + source("g1", 300, 8))
+    run(worker, source("g2", 300, 9) + sink(conn).replace("'appended'", "'two'"))
+    assert runs_as(worker, "out") == "its own Spark query"

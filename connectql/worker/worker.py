@@ -504,10 +504,10 @@ class Worker:
             for e in self.catalog.connectors()
             if e.kind == "source" and plan.streams[0] in e.streams
         ]
-        try:
-            if len(feeders) != 1 or self._plan(feeders[0]).run == "once":
-                return None
-        except ConnectQLError:  # its own start says what is wrong with it
+        if len(feeders) != 1:
+            return None
+        options = {str(k).lower(): v for k, v in feeders[0].options.items()}
+        if str(options.get("run", "continuous")).lower() == "once":
             return None
         return writer_id(self.checkpoint_of(feeders[0].name))
 

@@ -23,7 +23,8 @@ PostgreSQL `orders` table with its primary key. Copies, in this order:
 - connectql on a warm worker in this process (its SparkSession started beforehand, a small
   warm-up copy first): bulk source + sink (`run = 'once'`, 'tasks.max' = 2) from the first
   CREATE until both are FINISHED, and a cdc source (snapshot) + continuous upsert sink until
-  the target holds every row.
+  the target holds every row, twice: the sink riding the source (chaining), then as a query of
+  its own (SET sink.chaining = false).
 
 Check: row count plus the sum of 60 bits of the MD5 of each row's canonical text, computed by
 MariaDB on the source and by PostgreSQL on each target (bench.mysql's checksums). Peak RSS: the

@@ -72,6 +72,9 @@ def connector(worker, name: str):
     return worker.catalog.get_connector(name)
 
 
+EVENTS = "SELECT reason FROM connector_events WHERE connector = ? ORDER BY time"
+
+
 def runs_as(worker, name: str) -> str:
     rows = run(worker, f"DESCRIBE CONNECTOR {name}")[0].rows
     return dict(rows)["runs as"]
@@ -105,6 +108,9 @@ def test_a_sink_rides_its_source_then_hands_over_to_a_query_of_its_own(worker, t
     run(worker, source("gen2", 2000, 2))
     wait_until(lambda: not isinstance(worker.engine.queries.get("out"), Ride), 30, what="hand-over")
     assert runs_as(worker, "out") == "its own Spark query"
+    told = [r[0] for r in worker.catalog.query(EVENTS, ["out"])[1]]
+    assert told[-1] == "another writer feeds its stream: its own Spark query takes over", told
+    assert "chained: writes the batches of its stream's source" in told[:-1], told
     wait_until(
         lambda: caught_up(worker, info, 5000),
         90,

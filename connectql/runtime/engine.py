@@ -150,6 +150,7 @@ class Engine:
         self._spark = None
         self._lock = threading.RLock()
         self.epoch: int | None = None  # the worker's lease epoch, given to its writers
+        self.on_event: Callable | None = None  # (name, text): how a connector runs changed
 
     @property
     def spark(self):
@@ -266,7 +267,7 @@ class Engine:
             self._by_id[str(r.runId)] = plan.connector
             self.rides[plan.connector] = r
         r.start()
-        log.info("sink %s rides the batches of its stream's source", plan.connector)
+        self._event(plan.connector, "chained: writes the batches of its stream's source")
         return True
 
     def _after_batch(self, writer: StreamWriter, batch_id: int) -> None:
@@ -296,6 +297,7 @@ class Engine:
 
     def _own_query(self, r: ride.Ride) -> None:
         r.stop()
+        self._event(r.name, "another writer feeds its stream: its own Spark query takes over")
         try:
             self.start(r.plan)
         except Exception as e:
@@ -303,6 +305,11 @@ class Engine:
             with self._lock:
                 self._by_id[str(r.runId)] = r.name
             self._terminated(str(r.runId), short_error(str(e)))
+
+    def _event(self, name: str, text: str) -> None:
+        log.info("connector %s: %s", name, text)
+        if self.on_event is not None:
+            self.on_event(name, text)
 
     def _writer_ids(self, plan: Plan, wid: str) -> dict[str, str]:
         """The options that tell a Python data source writer who writes: its id keys

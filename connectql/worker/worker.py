@@ -115,6 +115,7 @@ class Worker:
         )
         # a worker without a lease (connectql run) holds the lock: it is the newest epoch's
         self.engine.epoch = self.lease.epoch if self.lease else current_epoch(self.home)
+        self.engine.on_event = self._engine_event
         self._refresh_redaction()
         self.retainer = Retainer(self)
 
@@ -491,6 +492,12 @@ class Worker:
             failed = json.dumps(sorted(entry.tables_failed))
             reader = replace(reader, options={**reader.options, FAILED_OPTION: failed})
         return replace(plan, reader=reader)
+
+    def _engine_event(self, name: str, text: str) -> None:
+        """How a connector runs changed (e.g. a sink now chained): an event in its history."""
+        with self.catalog.lock:
+            if self.catalog.has_connector(name):
+                self.catalog.log_event(name, self.catalog.state_of(name), text)
 
     def _feeder(self, plan: Plan) -> str | None:
         """The stream writer id of the one continuous source that feeds a continuous sink's

@@ -191,8 +191,14 @@ class Engine:
 
     def sink_schema(self, plan: Plan) -> StructType:
         """The StructType of the rows a sink's writer gets (the stream's, transformed)."""
-        empty = self.spark.createDataFrame([], StructType.fromDDL(plan.reader.schema))
-        return _transformed(empty, plan).schema
+        return _transformed(self._no_rows(plan), plan).schema
+
+    def writer_schema(self, plan: Plan) -> StructType:
+        """sink_schema less the columns the writer never reads (sink_frame's)."""
+        return self.sink_frame(self._no_rows(plan), plan).schema
+
+    def _no_rows(self, plan: Plan):
+        return self.spark.createDataFrame([], StructType.fromDDL(plan.reader.schema))
 
     def start(self, plan: Plan, feeder: str | None = None) -> None:
         """Start the plan's query; a sink whose stream only the source of writer id `feeder`
@@ -362,10 +368,8 @@ class Engine:
         spec = ride.target_class(plan.writer.format)
         if spec is None or ride.ridelog.load(plan.checkpoint) is None:
             return df
-        empty = self.spark.createDataFrame([], StructType.fromDDL(plan.reader.schema))
-        schema = self.sink_frame(empty, plan).schema
         ids = self._writer_ids(plan, writer_id(plan.checkpoint))
-        return df.where(ride.own_query_filter(plan, spec, ids, schema))
+        return df.where(ride.own_query_filter(plan, spec, ids, self.writer_schema(plan)))
 
     def stop(self, name: str, wait_s: float = STOP_WAIT_S) -> bool:
         """Stop a query gracefully: a source's batch under way may end (for STOP_GRACE_S),

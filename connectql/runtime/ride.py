@@ -88,8 +88,7 @@ class Ride:
         self.runId = uuid.uuid4()  # noqa: N815 (StreamingQuery's name)
         self.stream = plan.reader.path
         self.options = options  # the target's, with the rider's writer id
-        empty = engine.spark.createDataFrame([], self._read_schema)
-        self.schema = engine.sink_frame(empty, plan).schema  # what the target is given
+        self.schema = engine.writer_schema(plan)  # what the target is given
         self.target = make_target(spec, options, self.schema)
         self.target.prepare(f"sink connector '{self.name}'")
         self.target.ensure_progress_row()

@@ -69,7 +69,8 @@ WORKER_SETTINGS: dict[str, Option] = {**SUPERVISOR_SETTINGS, **STREAM_SETTINGS, 
 
 def chaining(saved: dict[str, str]) -> bool:
     """Whether sinks may ride their sources (SET sink.chaining)."""
-    return str(saved.get(CHAINING_KEY, "true")).lower() == "true"
+    spec = ENGINE_SETTINGS[CHAINING_KEY]
+    return coerce(spec, saved.get(CHAINING_KEY, spec.default), f"SET {CHAINING_KEY}")
 
 
 def check_setting(key: str, value: Any) -> str:

@@ -172,7 +172,8 @@ def test_a_failed_ride_fails_the_sink_alone_and_it_recovers(worker, target):
 
 def test_set_sink_chaining_false_runs_a_query_per_sink(worker, target):
     conn, info = target
-    run(worker, "SET sink.chaining = false;" + source("gen", 1000, 5) + sink(conn))
+    said = run(worker, "SET sink.chaining = false;" + source("gen", 1000, 5) + sink(conn))
+    assert said[0].message.endswith("sinks use it from their next start (RESTART CONNECTOR)")
     assert not isinstance(worker.engine.queries["out"], Ride)
     assert worker.engine.queries["out"].isActive
     wait_until(lambda: caught_up(worker, info, 1000), 60, what="1000 rows")

@@ -688,6 +688,8 @@ class Worker:
         done = f"set {key} = {redact_value(key, value)}"  # e.g. an S3 secret key
         if key in settings.STREAM_SETTINGS:
             return Result(f"{done}; streams that do not set it use it from the next check on")
+        if key in settings.ENGINE_SETTINGS:  # sink.chaining: read when a sink starts
+            return Result(f"{done}; sinks use it from their next start (RESTART CONNECTOR)")
         if not key.startswith("spark."):
             return Result(f"{done}; connectors that do not set {key} use it from now on")
         if not (self.engine.started or session.starting_or_started()):

@@ -85,6 +85,25 @@ def test_a_restarted_worker_resumes_from_the_checkpoint_without_gaps_or_duplicat
         second.close(stop_spark=False)
 
 
+def test_a_finished_run_once_sink_shows_no_lag(spark, home, tmp_path):
+    first = Worker(home)  # no retention pass in this test: the lag is measured as it finishes
+    run(first, "SET stream.retention.check.interval = '1 h'")
+    first.close(stop_spark=False)
+    w = Worker(home)
+    try:
+        run(
+            w,
+            f"""CREATE SOURCE CONNECTOR gen FROM datagen INTO s
+                WITH ('rows.total' = 3000, 'rows.per.batch' = 1000, run = 'once');
+            CREATE SINK CONNECTOR out TO file FROM s
+                WITH (path = '{tmp_path / "out"}', format = 'parquet', run = 'once');""",
+        )
+        w.wait_for_once()
+        assert [lag_of(w, "out"), w.catalog.get_connector("out").state] == [0, "FINISHED"]
+    finally:
+        w.close(stop_spark=False)
+
+
 def first_state(home):
     cat = Catalog(Path(home) / "catalog.duckdb")
     try:

@@ -169,6 +169,23 @@ class Retainer:
         entries = committed_entries(stream.path)
         return self._stats(stream.name, entries, self._readers(stream))
 
+    def measure_lag(self, sink: str) -> None:
+        """A sink's lag now (records of its streams it has not read), not at the next pass: a
+        run-once sink that has finished would otherwise show what it lagged mid-run."""
+        entry = next((e for e in self.worker.catalog.connectors() if e.name == sink), None)
+        if entry is None or entry.kind != "sink":
+            return
+        with self._pass:  # after a pass under way, which may have measured it mid-run
+            reader = {sink: reader_of(self.worker.checkpoint_of(sink))}
+            streams = [s for s in self.worker.catalog.streams() if s.name in entry.streams]
+            behind = sum(
+                self._stats(s.name, committed_entries(s.path), reader)["readers"][sink][
+                    "records_behind"
+                ]
+                for s in streams
+            )
+            self.worker.catalog.set_measured_lag(sink, behind)
+
     def _read_by_log(self, stream: StreamEntry) -> bool:
         """Whether a sink of several streams reads the stream: it finds what is new by the
         stream's log batches (connectors/streamsread.py), so the log keeps them all."""

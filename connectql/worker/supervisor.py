@@ -98,6 +98,10 @@ class Supervisor:
             permanent = permanent_cause(error)
             self.failed(name, permanent or short_error(error), permanent=permanent is not None)
         else:
+            try:  # before FINISHED, which a script waits for before its next SELECT
+                self.worker.retainer.measure_lag(name)
+            except Exception:  # a stream dropped meanwhile: the next pass measures
+                log.warning("measuring the lag of %s failed", name, exc_info=True)
             cat.set_state(name, states.FINISHED, "all available data processed")
 
     # ------------------------------------------------------------------ restarts

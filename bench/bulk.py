@@ -2,7 +2,8 @@
 every tool a user might pick, on the same fresh data in one run, each copy checked by value.
 
     .venv/bin/python -m bench.bulk [--rows 1000000] [--skip-duckdb] [--skip-jdbc]
-                                   [--skip-fresh] [--skip-cdc] [--duckdb-python PATH] [--keep]
+                                   [--skip-fresh] [--skip-cdc] [--cdc-batch-rows LIST]
+                                   [--duckdb-python PATH] [--keep]
 
 Servers: a private MariaDB and a private PostgreSQL (bench.mysql.Servers: fsync-light). The
 source is bench.mysql's srcdb.orders (bigint key, int, decimal(12,2), two varchars with NULL,
@@ -24,12 +25,14 @@ PostgreSQL `orders` table with its primary key. Copies, in this order:
   warm-up copy first): bulk source + sink (`run = 'once'`, 'tasks.max' = 2) from the first
   CREATE until both are FINISHED, and a cdc source (snapshot) + continuous upsert sink until
   the target holds every row, twice: the sink riding the source (chaining), then as a query of
-  its own (SET sink.chaining = false).
+  its own (SET sink.chaining = false); that pair once per --cdc-batch-rows value ('default':
+  the source's own batch.rows).
 
 Check: row count plus the sum of 60 bits of the MD5 of each row's canonical text, computed by
-MariaDB on the source and by PostgreSQL on each target (bench.mysql's checksums). Peak RSS: the
-sum of the resident sets of the copying process tree (this process with its JVM and Python
-workers for the warm worker; the child's tree otherwise), sampled every 0.1 s. Timings are
+MariaDB on the source and by PostgreSQL on each target (bench.mysql's checksums). Peak memory: the
+sum of the proportional set sizes (PSS) of the copying process tree (this process with its JVM
+and Python workers for the warm worker, the private servers left out; the child's tree
+otherwise), sampled every 0.1 s. Timings are
 reported, never judged; the exit status is 1 when a check failed."""
 
 from __future__ import annotations
@@ -84,22 +87,36 @@ class Copy:
 
 
 class TreeRss(threading.Thread):
-    """Samples the summed RSS of `root` and its descendants every SAMPLE_S; `peak()` since the
-    last `reset()`."""
+    """Samples the summed memory (PSS, tree_rss_by) of `root` and its descendants every SAMPLE_S; `peak()` since the
+    last `reset()`, and `parts`: that peak by program."""
 
-    def __init__(self, root: int):
+    def __init__(self, root: int, leave_out=tuple):
         super().__init__(daemon=True, name="rss-sampler")
         self.root, self.top, self.done = root, 0, threading.Event()
+        self.leave_out = leave_out  # () -> pids whose trees are not the copy's (the servers)
+        self.parts: dict[str, int] = {}
+
+    def sample(self) -> None:
+        parts = tree_rss_by(self.root, set(self.leave_out()))
+        if sum(parts.values()) >= self.top:
+            self.top, self.parts = sum(parts.values()), parts
 
     def run(self) -> None:
         while not self.done.wait(SAMPLE_S):
-            self.top = max(self.top, tree_rss(self.root))
+            self.sample()
 
     def reset(self) -> None:
-        self.top = tree_rss(self.root)
+        self.top, self.parts = 0, {}
+        self.sample()
 
     def peak(self) -> int:
-        return max(self.top, tree_rss(self.root))
+        self.sample()
+        return self.top
+
+    def parts_text(self) -> str:
+        """The peak by program, e.g. 'at peak: java 2.1 GB, python workers 0.6 GB, ...'."""
+        ranked = sorted(self.parts.items(), key=lambda kv: -kv[1])
+        return "at peak: " + ", ".join(f"{k} {v / 2**30:.1f} GB" for k, v in ranked)
 
     def stop(self) -> int:
         self.done.set()
@@ -107,33 +124,57 @@ class TreeRss(threading.Thread):
         return self.top
 
 
-def tree_rss(root: int) -> int:
+def tree_rss(root: int, leave_out: set[int] = frozenset()) -> int:
+    """The summed memory (PSS) of `root` and its descendants but the trees of `leave_out`."""
+    return sum(tree_rss_by(root, leave_out).values())
+
+
+def tree_rss_by(root: int, leave_out: set[int] = frozenset()) -> dict[str, int]:
+    """tree_rss by program: `root` itself, java, the Python processes under it, others by name."""
     parents: dict[int, int] = {}
+    names: dict[int, str] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
+            names[int(entry)] = stat[stat.find("(") + 1 : stat.rfind(")")]
             parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
     tree, frontier = {root}, [root]
     while frontier:
         pid = frontier.pop()
-        kids = [p for p, pp in parents.items() if pp == pid and p not in tree]
+        kids = [p for p, pp in parents.items() if pp == pid and p not in tree | leave_out]
         tree.update(kids)
         frontier += kids
     page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
+    by: dict[str, int] = {}
     for pid in tree:
-        try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
+        name = names.get(pid, "?")
+        label = "this process" if pid == root else "python workers" if "python" in name else name
+        rss = pss(pid, page)
+        if rss is not None:
+            by[label] = by.get(label, 0) + rss
+    return by
+
+
+def pss(pid: int, page: int) -> int | None:
+    """A process's proportional set size (pages it shares, e.g. Python workers forked from
+    one daemon, counted once across the sharers), else its RSS."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def run_child(cmd: list[str], env: dict | None = None, timeout: float = 1800) -> tuple:
-    """(returncode, stdout, stderr, seconds from launch to exit, peak RSS of its tree)."""
+    """(returncode, stdout, stderr, seconds from launch to exit, peak memory of its tree (PSS))."""
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     sampler = TreeRss(proc.pid)
@@ -348,7 +389,11 @@ def connectql_fresh(data: Data, tmp: Path, source: str) -> Copy:
     return Copy("connectql run copy.sql, fresh process (bulk)", source, seconds, check, rss)
 
 
-def connectql_warm(cq: Connectql, data: Data, rss: TreeRss, source: str, cdc: bool) -> list[Copy]:
+def connectql_warm(
+    cq: Connectql, data: Data, rss: TreeRss, source: str, cdc_rows: list[int | None]
+) -> list[Copy]:
+    """The bulk copy, then the cdc copy for each batch.rows of `cdc_rows` (None: the source's
+    default), the sink riding its source and as a query of its own."""
     cq.source = connector_type(source)
     options = data.source_options(source)
     tag = source[:2]
@@ -368,18 +413,28 @@ def connectql_warm(cq: Connectql, data: Data, rss: TreeRss, source: str, cdc: bo
     run = cq.bulk(
         f"b{tag}", "orders", data.rows, options, data.srv.pg_options(db), lambda: data.check(db)
     )
+    peak = rss.peak()
     out.append(Copy("connectql bulk + sink, warm worker", source, run.seconds, run.check,
-                    rss.peak(), run.note, run.cpu))  # fmt: skip
-    for chained in (True, False) if cdc else ():
-        out.append(cdc_copy(cq, data, rss, source, options, chained))
+                    peak, f"{run.note}; {rss.parts_text()}", run.cpu))  # fmt: skip
+    for batch_rows in cdc_rows:
+        for chained in (True, False):
+            out.append(cdc_copy(cq, data, rss, source, options, chained, batch_rows))
     return out
 
 
-def cdc_copy(cq: Connectql, data: Data, rss: TreeRss, source: str, options: str, chained: bool):
+def cdc_copy(
+    cq: Connectql,
+    data: Data,
+    rss: TreeRss,
+    source: str,
+    options: str,
+    chained: bool,
+    batch_rows: int | None,
+) -> Copy:
     """The cdc snapshot into a continuous upsert sink, the sink riding the source (chaining,
     runtime/ride.py) or as a query of its own (SET sink.chaining = false)."""
-    tag = ("c" if chained else "u") + source[:2]
-    db = f"cdc_{tag}"
+    tag = ("c" if chained else "u") + source[:2] + (f"{batch_rows}" if batch_rows else "")
+    db = f"cdc_{tag}"  # and a stream of its own: a stream outlives its connectors
     info = data.target(db)
     cq.run(f"SET sink.chaining = {str(chained).lower()}")
     rss.reset()
@@ -391,13 +446,15 @@ def cdc_copy(cq: Connectql, data: Data, rss: TreeRss, source: str, options: str,
         lambda: data.check(db),
         timeout=max(600.0, data.rows / 1000),
         label=tag,
+        batch_rows=batch_rows,
     )
     cq.run("SET sink.chaining = true")
     for name in (f"{tag}_src", f"{tag}_dst"):  # stop it loading the machine
         cq.run(f"DROP CONNECTOR IF EXISTS {name};")
     how = "the sink riding the source" if chained else "two queries"
+    peak = rss.peak()
     return Copy(f"connectql cdc snapshot + upsert sink, warm worker, {how}", source,
-                run.seconds, run.check, rss.peak(), run.note)  # fmt: skip
+                run.seconds, run.check, peak, f"{run.note}; {rss.parts_text()}")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,13 +475,14 @@ def copies_table(copies: list[Copy], rows: int) -> Table:
         title="bulk copy into PostgreSQL, one run",
         title_justify="left",
         caption="x pipe: seconds / the mean of that source's pipe runs; x JDBC: / Spark JDBC's"
-        " warm copy from the same source; peak RSS: the copying process tree (- not measured);"
+        " warm copy from the same source; peak memory: PSS of the copying process tree (pages"
+        " shared by its processes counted once; the database servers left out; - not measured);"
         " check: row count + MD5 over canonical values against the source; CPU s: the"
         " machine's busy CPU seconds during the copy (at most seconds x cores), then by program"
         " (a program's reaped children count as its own)",
         caption_justify="left",
     )
-    for col in ("copy", "source", "seconds", "rows/s", "x pipe", "x JDBC warm", "peak RSS"):
+    for col in ("copy", "source", "seconds", "rows/s", "x pipe", "x JDBC warm", "peak memory"):
         table.add_column(col, justify="left" if col in ("copy", "source") else "right")
     table.add_column("check")
     table.add_column("CPU s (machine busy: by program)", overflow="fold")
@@ -457,12 +515,24 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-jdbc", action="store_true", help="no Spark JDBC yardstick")
     p.add_argument("--skip-fresh", action="store_true", help="no fresh `connectql run`")
     p.add_argument("--skip-cdc", action="store_true", help="no cdc snapshot runs")
+    p.add_argument(
+        "--cdc-batch-rows",
+        default="default",
+        help="the cdc copies' batch.rows, comma-separated ('default': the source's own);"
+        " each one is a pair of cdc copies",
+    )
     p.add_argument("--duckdb-python", help="a python with duckdb 1.4.4 and its extensions")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = p.parse_args(argv)
     if args.rows < WARMUP_ROWS:
         p.error(f"--rows must be at least {WARMUP_ROWS}")
     return args
+
+
+def cdc_rows(args) -> list[int | None]:
+    """--cdc-batch-rows as values (None: the source's default)."""
+    given = [x.strip() for x in args.cdc_batch_rows.split(",") if x.strip()]
+    return [None if x == "default" else int(x) for x in given]
 
 
 def yardsticks(args, data: Data, tmp: Path) -> list[Copy]:
@@ -507,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     srv = mysql.Servers()
     cq: Connectql | None = None
-    rss = TreeRss(os.getpid())
+    # the private servers are this process's children too: their memory is not the copy's
+    rss = TreeRss(os.getpid(), lambda: [p for p in (srv.my._main_pid(), srv.pg._main_pid()) if p])
     copies: list[Copy] = []
     try:
         srv.start()
@@ -524,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"  the warm worker's SparkSession started in {cq.session_s:.1f} s")
         rss.start()
         for source in SOURCES:
-            for c in connectql_warm(cq, data, rss, source, not args.skip_cdc):
+            for c in connectql_warm(cq, data, rss, source, [] if args.skip_cdc else cdc_rows(args)):
                 copies.append(c)
                 console.print(f"  {c.method} ({source}): {c.seconds:.2f} s, {c.check}")
         console.print(copies_table(copies, args.rows))

@@ -337,7 +337,7 @@ CREATE SINK CONNECTOR {dst} TO postgres FROM {stream} WITH (
 """
 CDC_SQL = """
 CREATE SOURCE CONNECTOR {label}_src FROM {source} INTO {label}_s WITH (
-  {conn_src}, table = 'orders', 'batch.rows' = {batch}, 'tasks.max' = {tasks});
+  {conn_src}, table = 'orders',{batch} 'tasks.max' = {tasks});
 CREATE SINK CONNECTOR {label}_dst TO postgres FROM {label}_s WITH (
   {conn_dst}, table = 'orders', 'tasks.max' = {tasks});
 """
@@ -449,17 +449,18 @@ class Connectql:
         check: Callable[[], str],
         timeout: float,
         label: str = "cdc",
+        batch_rows: int | None = BATCH_ROWS,
     ) -> Run:
         """A cdc source (snapshot, then changes) and a continuous sink into the PostgreSQL
         database `target_info` (an empty orders table), timed until it holds `rows` rows; the
-        connectors are `label`_src and `label`_dst."""
+        connectors are `label`_src and `label`_dst; batch.rows None: the source's default."""
         src, dst = f"{label}_src", f"{label}_dst"
         script = CDC_SQL.format(
             label=label,
             source=self.source,
             conn_src=conn_src,
             conn_dst=conn_dst,
-            batch=BATCH_ROWS,
+            batch="" if batch_rows is None else f" 'batch.rows' = {batch_rows},",
             tasks=TASKS,
         )
         method = "connectql cdc snapshot, continuous"

@@ -369,6 +369,35 @@ def test_source_errors_are_named_at_create(worker, pg_shared, db):
 # ------------------------------------------------------------------ change-data capture
 
 
+def test_a_snapshot_takes_bigger_chunks_than_batch_rows_default_for_changes(
+    worker, pg_logical, cdc_dbs
+):
+    """Without batch.rows, a one-table snapshot reads chunks of SNAPSHOT_ROWS (a micro-batch
+    costs time of its own), changes BATCH_ROWS at most; a batch.rows given sets both."""
+    from connectql.connectors.relational.source import BATCH_ROWS, SNAPSHOT_ROWS
+
+    (src, src_info), _ = cdc_dbs
+    rows = BATCH_ROWS + 20_000
+    assert rows < SNAPSHOT_ROWS
+    sql(src_info, "CREATE TABLE big (id bigint PRIMARY KEY, v int)")
+    sql(src_info, f"INSERT INTO big SELECT g, g % 7 FROM generate_series(1, {rows}) g")
+    run(
+        worker,
+        f"""CREATE SOURCE CONNECTOR snap FROM postgres INTO big_s WITH (
+              {connection(pg_logical, src)}, table = 'big', 'tasks.max' = 2)""",
+    )
+
+    def batches():
+        return worker.catalog.query(
+            "SELECT input_rows FROM connector_metrics WHERE connector = 'snap'"
+            " AND input_rows > 0 ORDER BY batch_id"
+        )[1]
+
+    wait_until(lambda: sum(n for (n,) in batches()) >= rows, 120, what="the snapshot read")
+    assert batches() == [(rows,)]  # one chunk, where batch.rows' 100,000 would make two
+    assert run(worker, "SELECT count(*), count(DISTINCT id) FROM big_s")[0].rows == [(rows, rows)]
+
+
 def test_cdc_round_trip_with_changes_during_and_after_the_snapshot(worker, pg_logical, cdc_dbs):
     (src, src_info), (dst, dst_info) = cdc_dbs
     sql(

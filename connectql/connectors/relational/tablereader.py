@@ -26,6 +26,7 @@ from connectql.connectors.relational.changerows import (
     dead_letters,
 )
 from connectql.connectors.relational.sink import META_COLUMNS
+from connectql.connectors.relational.source import BATCH_ROWS, SNAPSHOT_ROWS
 from connectql.errors import ConnectQLError, TableFailed
 from connectql.errortext import short_error
 from connectql.toolkit import packed
@@ -79,7 +80,8 @@ class TableConfig:
     heartbeat_ms: int = 30_000
     incrementing: str | None = None
     timestamp: str | None = None
-    batch_rows: int = 100_000
+    batch_rows: int = BATCH_ROWS
+    snapshot_rows: int = SNAPSHOT_ROWS  # one table's cdc snapshot chunk
     poll_ms: int = 1000
     tasks: int = 1
     schema_change: str = "fail"
@@ -435,7 +437,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._offset([], position, "snapshot", None, table)
         upto = start.get("upto")
         db, src = self._db(table), self._src(table)
-        bound = key and polling.chunk_end(db, src, key, after, self.cfg.batch_rows, upto)[0]
+        bound = key and polling.chunk_end(db, src, key, after, self.cfg.snapshot_rows, upto)[0]
         if not bound:
             return self._snapshot_from(self.tables.index(table) + 1, position)
         return self._offset(bound, position, "snapshot", upto, table)

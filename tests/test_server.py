@@ -580,3 +580,18 @@ def test_a_server_killed_mid_pipeline_resumes_both_connectors_exactly_once(tmp_p
     rows, distinct, ids = count_ids(stream)
     assert rows == distinct == ids > at_kill[0][0]
     assert count_ids(sink) == (rows, rows, rows)
+
+
+def test_the_server_freezes_what_it_holds_once_its_session_is_up(worker):
+    """The objects of a started server leave the garbage collector's full passes (api/serve.py:
+    their walk paused every request)."""
+    import gc
+
+    from connectql.api.serve import freeze_when_started
+
+    gc.unfreeze()
+    try:
+        freeze_when_started(worker).join(60)
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        gc.unfreeze()

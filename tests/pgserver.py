@@ -117,10 +117,18 @@ class PrivatePostgres(PrivateServer):
     def _halt_server(self, graceful: bool = False) -> None:
         if self.datadir and os.path.exists(os.path.join(self.datadir, "postmaster.pid")):
             mode = "fast" if graceful else "immediate"
-            self._run_as_postgres(
-                [os.path.join(PG_BIN, "pg_ctl"), "stop", "-D", self.datadir, "-m", mode],
-                timeout=60,
-            )
+            try:
+                self._run_as_postgres(
+                    [os.path.join(PG_BIN, "pg_ctl"), "stop", "-D", self.datadir, "-m", mode],
+                    timeout=60,
+                )
+            except subprocess.TimeoutExpired:  # seen once in CI, after a suspension
+                states = self.process_states()
+                self.kill_all()  # no server left behind
+                raise RuntimeError(
+                    f"pg_ctl stop -m {mode} did not end in 60 s; the server's processes: {states}"
+                    f"\n--- log tail ---\n{self._log_tail()}"
+                ) from None
 
     def _main_pid(self) -> int | None:
         try:

@@ -6,6 +6,7 @@ fixture imported into several modules."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -136,11 +137,34 @@ class PrivateServer:
 
     def unsuspend(self, stopped: list[int]) -> None:
         atexit.unregister(self.unsuspend)
-        for pid in stopped:
+        for pid in dict.fromkeys([*stopped, *self.pids()]):  # and any child made meanwhile
             try:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
+
+    def process_states(self) -> str:
+        """The server's processes with their state (R, S, T: stopped, D: in the kernel)."""
+        out = []
+        for pid in self.pids():
+            fields = stat_fields(Path(f"/proc/{pid}/stat"))
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ").strip()
+            except OSError:
+                cmd = "?"
+            out.append(f"{pid} {fields[0] if fields else '?'} {cmd[:80]}")
+        return "; ".join(out) or "none"
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the server (a stopped one too), waiting for them to go."""
+        pids = self.pids()
+        for pid in pids:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{p}").exists() for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _cleanup_dir(self) -> None:
         if self.base:

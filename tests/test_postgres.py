@@ -357,6 +357,7 @@ def test_source_errors_are_named_at_create(worker, pg_shared, db):
         "table = 'plain'": "needs wal_level = logical on the server, but it is replica",
         "query = 'SELECT 1', mode = 'cdc'": "reads a table, not a query",
         "query = 'SELECT nope FROM plain', mode = 'bulk'": 'the query fails: column "nope"',
+        f"table = 'plain', {inc}, 'batch.rows' = 0": "batch.rows must be 1 or more, not 0",
     }
     for options, message in cases.items():
         with pytest.raises(ConnectQLError, match=message):

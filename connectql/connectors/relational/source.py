@@ -85,6 +85,8 @@ def source_options(log: str) -> dict[str, Option]:
 
 def check_source_options(opts: dict[str, Any], where: str) -> None:
     check_bounds(opts, where)
+    if opts.get("batch.rows") is not None and int(opts["batch.rows"]) < 1:
+        raise PlanError(f"{where}: batch.rows must be 1 or more, not {opts['batch.rows']}")
     mode = opts["mode"]
     if not opts.get("table") and not opts.get("query"):
         raise PlanError(

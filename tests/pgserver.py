@@ -7,6 +7,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -120,15 +121,21 @@ class PrivatePostgres(PrivateServer):
             try:
                 self._run_as_postgres(
                     [os.path.join(PG_BIN, "pg_ctl"), "stop", "-D", self.datadir, "-m", mode],
-                    timeout=60,
+                    timeout=60 if graceful else 20,
                 )
-            except subprocess.TimeoutExpired:  # seen once in CI, after a suspension
+            except subprocess.TimeoutExpired:
                 states = self.process_states()
                 self.kill_all()  # no server left behind
-                raise RuntimeError(
-                    f"pg_ctl stop -m {mode} did not end in 60 s; the server's processes: {states}"
-                    f"\n--- log tail ---\n{self._log_tail()}"
-                ) from None
+                if graceful:
+                    raise RuntimeError(
+                        f"pg_ctl stop -m {mode} did not end in 60 s; the server's processes:"
+                        f" {states}\n--- log tail ---\n{self._log_tail()}"
+                    ) from None
+                # an immediate stop is a crash: one by SIGKILL is the same to the tests. Seen
+                # twice in CI right after a suspension (test_hangs): a child forked as the
+                # server was resumed, still with the postmaster's title, outlived the
+                # postmaster's own SIGKILL of its children, and the postmaster waited for it
+                print(f"pg_ctl stop -m immediate hung; killed {states}", file=sys.stderr)
 
     def _main_pid(self) -> int | None:
         try:

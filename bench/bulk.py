@@ -124,13 +124,9 @@ class TreeRss(threading.Thread):
         return self.top
 
 
-def tree_rss(root: int, leave_out: set[int] = frozenset()) -> int:
-    """The summed memory (PSS) of `root` and its descendants but the trees of `leave_out`."""
-    return sum(tree_rss_by(root, leave_out).values())
-
-
 def tree_rss_by(root: int, leave_out: set[int] = frozenset()) -> dict[str, int]:
-    """tree_rss by program: `root` itself, java, the Python processes under it, others by name."""
+    """The memory (PSS) of `root` and its descendants but the trees of `leave_out`, by program:
+    `root` itself, java, the Python processes under it, others by name."""
     parents: dict[int, int] = {}
     names: dict[int, str] = {}
     for entry in os.listdir("/proc"):

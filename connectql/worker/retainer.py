@@ -172,19 +172,21 @@ class Retainer:
     def measure_lag(self, sink: str) -> None:
         """A sink's lag now (records of its streams it has not read), not at the next pass: a
         run-once sink that has finished would otherwise show what it lagged mid-run."""
-        entry = next((e for e in self.worker.catalog.connectors() if e.name == sink), None)
+        cat = self.worker.catalog
+        entry = cat.get_connector(sink) if cat.has_connector(sink) else None
         if entry is None or entry.kind != "sink":
             return
         with self._pass:  # after a pass under way, which may have measured it mid-run
             reader = {sink: reader_of(self.worker.checkpoint_of(sink))}
-            streams = [s for s in self.worker.catalog.streams() if s.name in entry.streams]
+            found = map(cat.find_stream, entry.streams)
+            streams = [s for s in found if s is not None]
             behind = sum(
                 self._stats(s.name, committed_entries(s.path), reader)["readers"][sink][
                     "records_behind"
                 ]
                 for s in streams
             )
-            self.worker.catalog.set_measured_lag(sink, behind)
+            cat.set_measured_lag(sink, behind)
 
     def _read_by_log(self, stream: StreamEntry) -> bool:
         """Whether a sink of several streams reads the stream: it finds what is new by the

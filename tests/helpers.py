@@ -51,8 +51,19 @@ def lag_below(worker, name: str, limit: int) -> bool:
 
 
 def run(worker, sql: str):
-    """Execute a script in `worker` and return the list of results."""
-    return [result for _stmt, result in worker.run_script(sql)]
+    """Execute a script in `worker` and return the list of results. A statement that fails
+    carries the connectors' last state changes as a note, for the test's report."""
+    from connectql.errors import StateError
+
+    try:
+        return [result for _stmt, result in worker.run_script(sql)]
+    except StateError as e:
+        history = worker.catalog.query(
+            "SELECT time, connector, from_state, to_state, reason FROM connector_events"
+            " ORDER BY time DESC LIMIT 20"
+        )[1]
+        e.add_note("last state changes, newest first:\n" + "\n".join(map(str, history)))
+        raise
 
 
 def replay_last_batch(home, script: str, connector: str, before_replay=None) -> None:

@@ -39,9 +39,11 @@ class Supervisor:
         self.timers: dict[str, threading.Timer] = {}
         self.stop_to: dict[str, tuple[str, str]] = {}  # name -> (state, reason) after our stop
         self._closed = threading.Event()
-        # held while a timer launches a query and while closing: a close waits for a launch
-        # under way, and no launch starts after it (else the new query outlives the worker)
-        self._launching = threading.Lock()
+        # held while a timer launches a query, while closing and while the worker stops a
+        # query: a close or a user's PAUSE waits for a launch under way (else the new query
+        # outlives it), and a launch that waited sees the state they left. Reentrant: a
+        # schema's evolution, under it, stops and starts the sinks of its streams
+        self.launching = threading.RLock()
         self._poll_s = poll_s
         self._thread = threading.Thread(
             target=self._watch, name="connectql-supervisor", daemon=True
@@ -49,7 +51,7 @@ class Supervisor:
         self._thread.start()
 
     def close(self) -> None:
-        with self._launching:
+        with self.launching:
             self._closed.set()
             for timer in list(self.timers.values()):
                 timer.cancel()
@@ -140,9 +142,9 @@ class Supervisor:
         timer.start()
 
     def _evolve(self, name: str, evolved: str, error: str) -> None:
-        with self._launching:
+        with self.launching:
             self.timers.pop(name, None)
-            if self._closed.is_set():
+            if not self._wanted(name):
                 return
             try:
                 if evolution.evolve(self.worker, name, evolved):
@@ -156,17 +158,28 @@ class Supervisor:
         """Start the source again at once without the table that stopped (recorded in the
         catalog's tables_failed; `error` scrubbed); the other tables go on from the same
         offset."""
-        with self._launching:
+        with self.launching:
             self.timers.pop(name, None)
-            if self._closed.is_set() or not self.worker.catalog.has_connector(name):
+            if not self._wanted(name):  # e.g. paused meanwhile: RESUME starts without it
                 return
             reason = f"table {table} stopped: a value it cannot read; the other tables go on"
             log.warning("connector %s: %s: %s", name, reason, error)
             self.worker.catalog.set_state(name, states.RESTARTING, reason, error=error)
             self._relaunch(name)
 
+    def _wanted(self, name: str) -> bool:
+        """Whether a restart the supervisor scheduled is still wanted: the worker is open and
+        no one paused, stopped or dropped the connector while it waited."""
+        cat = self.worker.catalog
+        return (
+            not self._closed.is_set()
+            and cat.has_connector(name)
+            and cat.get_connector(name).desired_state == "running"
+            and cat.state_of(name) not in (states.PAUSED, states.STOPPED)
+        )
+
     def _restart(self, name: str) -> None:
-        with self._launching:
+        with self.launching:
             self.timers.pop(name, None)
             if not self._closed.is_set():
                 self._relaunch(name)

@@ -527,13 +527,15 @@ class Worker:
         self.wait_for_once(feeders)
 
     def _stop(self, name: str, state: str, reason: str) -> None:
-        """Stop the connector's query (if any) and put it in `state`; cancels a pending restart."""
-        self.supervisor.forget(name)
-        if self.engine.is_active(name):
-            self.supervisor.stop_to[name] = (state, reason)
-            self.engine.stop(name)
-        elif state != "DROPPED" and self.catalog.has_connector(name):
-            self.catalog.set_state(name, state, reason)
+        """Stop the connector's query (if any) and put it in `state`; cancels a pending restart
+        and waits for one under way (its query is then stopped)."""
+        with self.supervisor.launching:
+            self.supervisor.forget(name)
+            if self.engine.is_active(name):
+                self.supervisor.stop_to[name] = (state, reason)
+                self.engine.stop(name)
+            elif state != "DROPPED" and self.catalog.has_connector(name):
+                self.catalog.set_state(name, state, reason)
 
     def _secret_values(self) -> list[str]:
         """The secret values of every connector and setting: stored secrets, inline values

@@ -13,7 +13,15 @@ from connectql.errors import PermanentError
 from connectql.runtime.engine import field_lag, lag
 from connectql.toolkit.spark import Pacer, StreamWriter
 from connectql.toolkit.testing import SinkRun, SourceRun
-from tests.toolkit_connectors import Counter, JsonDir, Picky, Shelves, Sloppy, written
+from tests.toolkit_connectors import (
+    Counter,
+    JsonDir,
+    Picky,
+    Shelves,
+    Sloppy,
+    StagedPicky,
+    written,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -71,12 +79,15 @@ def test_a_sink_writes_each_batch_once_across_a_stop_and_a_replayed_batch(spark,
     assert sorted(r["id"] for r in written(out)) == list(range(9))
 
 
-def test_rows_a_sink_rejects_are_dead_letters_once_across_a_replayed_batch(spark, tmp_path):
+@pytest.mark.parametrize("sink", [Picky, StagedPicky], ids=["write", "staged commit"])
+def test_rows_a_sink_rejects_are_dead_letters_once_across_a_replayed_batch(spark, tmp_path, sink):
+    """Rows a sink's write rejects, or a staged sink's commit (named by its own keys, with
+    their values), go to the dead-letter stream once, across a failed and a replayed batch."""
     schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
     out = tmp_path / "out"
     crash = tmp_path / "crash"
     options = {"path": str(out), "crash": str(crash)}
-    run = SinkRun(Picky, options, tmp_path, schema, dead_letters=True)
+    run = SinkRun(sink, options, tmp_path, schema, dead_letters=True)
     run.add([{"id": i, "text": f"r{i}"} for i in range(12)])  # 9: one round
     run.to_end()
     run.add([{"id": i, "text": f"r{i}"} for i in (29, 30, 39, 49)])  # three rounds
@@ -100,6 +111,29 @@ def test_a_sink_whose_rejected_names_a_row_it_was_not_given_fails_the_batch(spar
     ):
         run.to_end()
     assert run.dead_letters() == []
+
+
+def test_a_staged_commit_whose_rejected_lacks_the_rows_fails_the_batch(spark, tmp_path):
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    options = {"path": str(tmp_path / "out"), "sloppy": True}
+    run = SinkRun(StagedPicky, options, tmp_path, schema, dead_letters=True)
+    run.add([{"id": i, "text": f"r{i}"} for i in range(12)])
+    with pytest.raises(
+        AssertionError, match=r"commit's Rejected names \(0, 9\) without its row in records"
+    ):
+        run.to_end()
+    assert run.dead_letters() == [] and written(tmp_path / "out") == []
+
+
+def test_a_staged_commit_that_rejects_without_a_dead_letter_stream_names_the_row(spark, tmp_path):
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    run = SinkRun(StagedPicky, {"path": str(tmp_path / "out")}, tmp_path, schema)
+    run.add([{"id": i, "text": f"r{i}"} for i in range(12)])
+    with pytest.raises(
+        AssertionError, match=r"the target rejects row \{'id': 9, 'text': 'r9'\}: .*no nines"
+    ):
+        run.to_end()
+    assert written(tmp_path / "out") == []
 
 
 def test_a_sink_is_told_the_lease_epoch_of_its_worker():

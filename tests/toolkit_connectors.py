@@ -194,6 +194,45 @@ class Sloppy(Picky):
         raise Rejected({0: "first", data.num_rows: "one past the end"})
 
 
+class StagedPicky(Picky):
+    """Picky as a staged sink: each task stages its rows in a part file, and `commit` merges
+    the parts into the batch's file; a record with a 9 is found there, one per call, named
+    by (task, row in the part). `sloppy`: its Rejected leaves out the record."""
+
+    options = (*Picky.options, Option("sloppy", "bool", False, doc="Rejected without records"))
+
+    def _part(self, writer, batch_id, task) -> Path:
+        return Path(self.options["path"]) / f".{writer}-{batch_id}-{task}.part"
+
+    def stage(self, writer, batch_id, task, data):
+        part = self._part(writer, batch_id, task)
+        part.write_text("".join(json.dumps(r) + "\n" for r in data.to_pylist()))
+        return part
+
+    def commit(self, writer, batch_id, staged):
+        rows = {
+            (int(Path(part).stem.rsplit("-", 1)[1]), i): json.loads(line)
+            for part in staged
+            for i, line in enumerate(Path(part).read_text().splitlines())
+        }
+        kept = {k: r for k, r in rows.items() if k not in self.rejected}
+        bad = next((k for k, r in sorted(kept.items()) if "9" in r["text"]), None)
+        if bad is not None:
+            records = {} if self.options["sloppy"] else {bad: kept[bad]}
+            raise Rejected({bad: ValueError(f"no nines: {kept[bad]['text']!r}")}, records)
+        crash = self.options.get("crash")
+        if crash and os.path.exists(crash):
+            os.remove(crash)
+            raise RuntimeError("the target went away")
+        if kept:
+            JsonDir.write(self, writer, batch_id, pa.Table.from_pylist(list(kept.values())))
+        self.abort(writer, batch_id, staged)
+
+    def abort(self, writer, batch_id, staged):
+        for part in staged:
+            Path(part).unlink(missing_ok=True)
+
+
 def written(path) -> list[dict]:
     return [
         json.loads(line)

@@ -28,6 +28,14 @@ raises ``Rejected({row: why})`` from ``write`` having written nothing. With erro
 is recorded, so a replay neither loses nor repeats them) and calls ``write`` again with the
 other rows; otherwise the batch fails naming the first. The rows a sink rejects must be the
 same when a batch is replayed.
+
+A staged sink meets refused rows in ``commit`` (the staged rows are merged into the target
+there), where the toolkit does not hold the rows: ``commit`` raises ``Rejected({key: why},
+records={key: row})``, having published nothing, with keys of its own that name the rows
+(e.g. ``(task, index)`` or a staged row's sequence number; JSON-able and hashable) and each
+row's values (a dict). The toolkit puts those rows in the dead-letter stream as above, sets
+``rejected`` to every key named so far in this batch and calls ``commit`` again, which leaves
+those rows out; ``rejected`` is empty again for the next batch.
 """
 
 from __future__ import annotations
@@ -42,11 +50,18 @@ from connectql.config import Option
 
 class Rejected(Exception):
     """Raised by `write`, having written nothing: `rows` maps rows of its `data` (index) that
-    the target refuses to why (a message or the exception)."""
+    the target refuses to why (a message or the exception). Raised by `commit`, having
+    published nothing: `rows` maps the sink's own keys of the refused rows to why, and
+    `records` the same keys to the rows' values."""
 
-    def __init__(self, rows: dict[int, str | BaseException]):
+    def __init__(
+        self,
+        rows: dict[Any, str | BaseException],
+        records: dict[Any, dict[str, Any]] | None = None,
+    ):
         super().__init__(f"{len(rows)} rows rejected")
         self.rows = dict(rows)
+        self.records = dict(records or {})
 
 
 class Sink:
@@ -58,13 +73,16 @@ class Sink:
     #: what the sink promises: 'exactly-once' (last_batch answers from the target) or
     #: 'at-least-once' (last_batch returns None: a replayed batch is written again)
     delivery: ClassVar[str] = "exactly-once"
-    #: whether `write` may raise Rejected (then errors.tolerance = 'all' is accepted)
+    #: whether `write` (or `commit`) may raise Rejected (errors.tolerance = 'all' is accepted)
     rejects: ClassVar[bool] = False
     #: the lease epoch of the worker that runs the sink (set by the toolkit on the driver; None
     #: without a lease): a standby that takes over has a higher one, and an exactly-once sink
     #: records it with the batch and refuses to write when the target holds a higher one for
     #: its writer (the older worker was paused and came back)
     epoch: int | None = None
+    #: the keys (as a staged sink's `commit` named them in Rejected) of this batch's rows
+    #: already in the dead-letter stream: `commit` leaves them out (set by the toolkit)
+    rejected: frozenset = frozenset()
 
     def __init__(self, options: dict[str, Any]):
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""
@@ -92,8 +110,9 @@ class Sink:
         return data
 
     def commit(self, writer: str, batch_id: int, staged: list[Any]) -> None:
-        """Driver: publish every task's staged rows and record (writer, batch_id), atomically.
-        Default: `write` of the staged rows, concatenated."""
+        """Driver: publish every task's staged rows and record (writer, batch_id), atomically,
+        leaving out the rows whose keys are in `rejected`; raise Rejected (with `records`)
+        for rows the target refuses. Default: `write` of the staged rows, concatenated."""
         tables = [t for t in staged if t is not None and t.num_rows]
         if tables:
             self.write(writer, batch_id, pa.concat_tables(tables, promote_options="permissive"))

@@ -419,7 +419,43 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if type(self.sink).commit is Sink.commit:  # write(): rejected rows are dead letters
             self._write(batchId, [t for t in staged if t is not None and t.num_rows])
         else:
-            self.sink.commit(self.writer, batchId, staged)
+            self._commit(batchId, staged)
+
+    def _commit(self, batch_id: int, staged: list[Any]) -> None:
+        """A staged sink's commit; while it raises Rejected naming rows by its own keys (with
+        a dead-letter stream), those rows go there and it is called again with every key
+        named so far in `rejected`, to leave them out (dead letters first, as in _write)."""
+        rounds = 0
+        try:
+            while True:
+                try:
+                    self.sink.commit(self.writer, batch_id, staged)
+                    return
+                except Rejected as r:
+                    rejected = self._rejected_at_commit(r)
+                    self._dead_letters(batch_id, rejected, rounds)
+                    self.sink.rejected |= frozenset(r.rows)
+                    rounds += 1
+        finally:
+            self.sink.rejected = frozenset()
+
+    def _rejected_at_commit(self, r: Rejected) -> list[tuple[dict, Any, str, str]]:
+        """(row, key, error class, message) of what a staged sink's commit rejected."""
+        bad = [k for k in r.rows if k not in r.records]
+        again = [k for k in r.rows if k in self.sink.rejected]
+        if bad or again or not r.rows:  # a sink's mistake: it would be asked forever
+            keys = bad or again
+            what = "without its row in records" if bad else "again, though left out"
+            shown = ", ".join(map(repr, keys[:5])) if keys else "no row"
+            raise PermanentError(f"{self.connector}: commit's Rejected names {shown} {what}")
+        keys = list(r.rows)
+        why = [_why(r.rows[k]) for k in keys]
+        if not self.deadletter:
+            raise PermanentError(
+                f"{self.connector}: the target rejects row {_shown(r.records[keys[0]])}:"
+                f" {why[0][1]} (errors.tolerance = 'all' sends such rows to a dead-letter stream)"
+            )
+        return [(r.records[k], k, c, m) for k, (c, m) in zip(keys, why, strict=True)]
 
     def _write(self, batch_id: int, tables: list[pa.Table]) -> None:
         """The batch's rows through `write`; while it raises Rejected (with a dead-letter
@@ -433,7 +469,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
         filed = rounds = 0  # rejected rows already committed as dead letters, in how many files
         while True:
             if len(rejected) > filed:
-                self._dead_letters(batch_id, data, rejected[filed:], rounds)
+                picked = data.take([n for n, _c, _m in rejected[filed:]]).to_pylist()
+                letters = [(row, *r) for row, r in zip(picked, rejected[filed:], strict=True)]
+                self._dead_letters(batch_id, letters, rounds)
                 filed, rounds = len(rejected), rounds + 1
             if not rows:
                 return
@@ -461,14 +499,12 @@ class StreamWriter(DataSourceStreamArrowWriter):
             )
         return [(rows[i], c, m) for i, (c, m) in zip(bad, why, strict=True)]
 
-    def _dead_letters(self, batch_id: int, data: pa.Table, rejected, round_: int) -> None:
+    def _dead_letters(self, batch_id: int, rejected, round_: int) -> None:
+        """Commit one round's dead letters, (row values, where, error class, message) each,
+        under a name of the batch and round (a replay finds it committed and adds none)."""
         from connectql.catalog.streams import append_table
 
-        picked = data.take([n for n, _c, _m in rejected]).to_pylist()
-        rows = [
-            (json.dumps(row, default=str), n, c, m)
-            for row, (n, c, m) in zip(picked, rejected, strict=True)
-        ]
+        rows = [(json.dumps(row, default=str), n, c, m) for row, n, c, m in rejected]
         name = deadletter_name(self.writer, batch_id) + (f"-{round_}" if round_ else "")
         append_table(self.deadletter, name, sink_dead_letters(self.connector, batch_id, rows))
 

@@ -449,13 +449,19 @@ class StreamWriter(DataSourceStreamArrowWriter):
             shown = ", ".join(map(repr, keys[:5])) if keys else "no row"
             raise PermanentError(f"{self.connector}: commit's Rejected names {shown} {what}")
         keys = list(r.rows)
+        why = self._judged(r, keys, _shown(r.records[keys[0]]))
+        return [(r.records[k], k, c, m) for k, (c, m) in zip(keys, why, strict=True)]
+
+    def _judged(self, r: Rejected, keys: list, first: str) -> list[tuple[str, str]]:
+        """(error class, message) of each rejected row; without a dead-letter stream the batch
+        fails naming the `first` of them."""
         why = [_why(r.rows[k]) for k in keys]
         if not self.deadletter:
             raise PermanentError(
-                f"{self.connector}: the target rejects row {_shown(r.records[keys[0]])}:"
-                f" {why[0][1]} (errors.tolerance = 'all' sends such rows to a dead-letter stream)"
+                f"{self.connector}: the target rejects row {first}: {why[0][1]}"
+                " (errors.tolerance = 'all' sends such rows to a dead-letter stream)"
             )
-        return [(r.records[k], k, c, m) for k, (c, m) in zip(keys, why, strict=True)]
+        return why
 
     def _write(self, batch_id: int, tables: list[pa.Table]) -> None:
         """The batch's rows through `write`; while it raises Rejected (with a dead-letter
@@ -491,12 +497,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 f" (rows 0 to {len(rows) - 1})"
             )
         bad = sorted(r.rows)
-        why = [_why(r.rows[i]) for i in bad]
-        if not self.deadletter:
-            raise PermanentError(
-                f"{self.connector}: the target rejects row {rows[bad[0]]} of the batch:"
-                f" {why[0][1]} (errors.tolerance = 'all' sends such rows to a dead-letter stream)"
-            )
+        why = self._judged(r, bad, f"{rows[bad[0]]} of the batch")
         return [(rows[i], c, m) for i, (c, m) in zip(bad, why, strict=True)]
 
     def _dead_letters(self, batch_id: int, rejected, round_: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
+from connectql.connectors.base import ReaderSpec
 from connectql.connectors.mysql.client import connection_config, split_table
 from connectql.connectors.mysql.datasource import FORMAT
 from connectql.connectors.options import Option
@@ -51,21 +51,16 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
     return shared.plan_table_source(opts, FORMAT, PLACE, config, discover, count)
 
 
-def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
-    from connectql.connectors.mysql.sink import prepare_target
-
-    connection = connection_config(opts)
-    return shared.plan_table_sink(opts, stream, FORMAT, PLACE, connection, prepare_target)
-
-
-PLUGIN = Plugin(
+PLUGIN = shared.table_plugin(
+    FORMAT,
+    PLACE,
+    connection_config,
+    "connectql.connectors.mysql.sink",
     type="mysql",
     doc="MySQL/MariaDB tables: change-data capture (snapshot + binary log), incremental or bulk"
     " sources; exactly-once append or upsert sink",
     source_options=SOURCE_OPTIONS,
     plan_source=plan_source,
     sink_options=SINK_OPTIONS,
-    plan_sink=plan_sink,
-    delivery="exactly-once",
     aliases=("mariadb",),
 )

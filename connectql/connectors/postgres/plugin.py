@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
+from connectql.connectors.base import ReaderSpec
 from connectql.connectors.options import Option
 from connectql.connectors.postgres.client import connection_config, split_table
 from connectql.connectors.postgres.datasource import FORMAT
@@ -85,14 +85,11 @@ def drop_config(opts: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
-    from connectql.connectors.postgres.sink import prepare_target
-
-    connection = connection_config(opts)
-    return shared.plan_table_sink(opts, stream, FORMAT, PLACE, connection, prepare_target)
-
-
-PLUGIN = Plugin(
+PLUGIN = shared.table_plugin(
+    FORMAT,
+    PLACE,
+    connection_config,
+    "connectql.connectors.postgres.sink",
     type="postgres",
     doc="PostgreSQL tables: change-data capture (snapshot + logical decoding), incremental or"
     " bulk sources; exactly-once append or upsert sink",
@@ -100,6 +97,4 @@ PLUGIN = Plugin(
     plan_source=plan_source,
     on_drop=drop_source,
     sink_options=SINK_OPTIONS,
-    plan_sink=plan_sink,
-    delivery="exactly-once",
 )

@@ -3,10 +3,11 @@ and sink options, and how a table source is planned; each database gives only wh
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
-from connectql.connectors.base import ReaderSpec, WriterSpec
+from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
 from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
 from connectql.connectors.options import Option
 from connectql.connectors.relational.bounds import BOUND_OPTIONS
@@ -77,11 +78,31 @@ def plan_table_source(
     return reader_spec(fmt, cfg, found, where, lambda: count(cfg, where))
 
 
-def plan_table_sink(
-    opts: dict[str, Any], stream, fmt: str, place: tuple[str, Callable], connection, prepare
-) -> WriterSpec:
-    """The WriterSpec of a table sink of format `fmt` into the table its options name (`place`
-    as for plan_table_source); `prepare` readies the target at CREATE (sink.writer_spec)."""
-    key, split = place
-    target = split(opts["table"], opts[key])
-    return writer_spec(fmt, opts, stream, connection, target, prepare)
+def table_plugin(
+    fmt: str,
+    place: tuple[str, Callable],
+    connection_config: Callable,
+    sink_module: str,
+    **declared: Any,
+) -> Plugin:
+    """The Plugin of a database: `declared` gives its type, doc, options, plan_source and the
+    like; its sink is planned by table_sink_planner and delivers exactly once."""
+    plan_sink = table_sink_planner(fmt, place, connection_config, sink_module)
+    return Plugin(plan_sink=plan_sink, delivery="exactly-once", **declared)
+
+
+def table_sink_planner(
+    fmt: str, place: tuple[str, Callable], connection_config: Callable, sink_module: str
+) -> Callable[..., WriterSpec]:
+    """The plan_sink of a table sink of format `fmt`: (options, stream) -> the WriterSpec into
+    the table its options name (`place` as for plan_table_source); `connection_config(opts)`
+    gives the connection, and `sink_module`, imported only when a sink is planned, the
+    `prepare_target` that readies the target at CREATE (sink.writer_spec)."""
+
+    def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
+        prepare = importlib.import_module(sink_module).prepare_target
+        key, split = place
+        target = split(opts["table"], opts[key])
+        return writer_spec(fmt, opts, stream, connection_config(opts), target, prepare)
+
+    return plan_sink

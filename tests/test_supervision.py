@@ -282,3 +282,20 @@ def test_a_pause_while_a_restart_is_launching_leaves_it_paused(worker, tmp_path)
     time.sleep(1.5)
     assert not worker.engine.is_active("p")
     assert worker.catalog.get_connector("p").state == "PAUSED"
+
+
+def test_pauses_while_a_source_fails_and_restarts_leave_it_paused_every_time(worker, tmp_path):
+    """PAUSE at any moment of a failing source's cycle (starting, running, failing, waiting
+    to restart) leaves it PAUSED with no query, and RESET ... OFFSETS then works."""
+    bad_source(worker, tmp_path, retries=1000)
+    for attempt in range(12):
+        time.sleep(0.1 * (attempt % 4))  # each pause at another moment of the cycle
+        run(worker, "PAUSE CONNECTOR p; RESET CONNECTOR p OFFSETS")
+        entry = worker.catalog.get_connector("p")
+        assert (entry.state, entry.desired_state) == ("PAUSED", "paused"), attempt
+        assert not worker.engine.is_active("p"), attempt
+        run(worker, "RESUME CONNECTOR p")
+    run(worker, "PAUSE CONNECTOR p")
+    time.sleep(1.0)  # a restart scheduled before the pause would have begun by now
+    assert worker.catalog.get_connector("p").state == "PAUSED"
+    assert not worker.engine.is_active("p")

@@ -40,6 +40,9 @@ OBSERVED_ROWS = "rows"  # ... and the rows of a packed sink's chunks (Spark coun
 STOP_WAIT_S = 5.0  # a stop (PAUSE, DROP, shutdown) waits no longer for a query to end
 # ...after first letting a source's batch under way finish for this long (StreamWriter)
 STOP_GRACE_S = 2.0
+# a stop waits this long at most for the report of a query's end that another thread is making
+# (a query that failed as it was stopped): the caller then sees the state that report set
+REPORT_WAIT_S = 10.0
 
 
 def lag(end: str | None, latest: str | None, field: str | None) -> int | None:
@@ -379,10 +382,13 @@ class Engine:
         stopped now. True when it has ended;
         else `lingering[name]` is a thread that ends with it."""
         with self._lock:
-            query = self.queries.get(name)
-            if query is None:
-                return True
-            self._stopping.add(name)
+            query, reported = self.queries.get(name), self.finished.get(name)
+            if query is not None:
+                self._stopping.add(name)
+        if query is None:  # it ended on its own, and its end may be being reported now
+            if reported is not None:
+                reported.wait(REPORT_WAIT_S)
+            return True
         stopper = Stopper(query, self.writers.get(name))
         stopper.start()
         stopper.join(wait_s + STOP_GRACE_S)
@@ -392,6 +398,8 @@ class Engine:
         # report the end here: the listener's report can be minutes behind with many queries
         self._flush_progress(query)
         self._terminated(str(query.runId), None)
+        if reported is not None:  # the listener may have been first, and be reporting it
+            reported.wait(REPORT_WAIT_S)
         return not stopper.is_alive()
 
     def stop_all(self) -> None:

@@ -82,7 +82,7 @@ class Supervisor:
 
     def terminated(self, name: str, error: str | None, stopped: bool) -> None:
         cat = self.worker.catalog
-        if stopped:
+        if stopped or name in self.stop_to:  # a failure as the worker stops it: the stop
             state, reason = self.stop_to.pop(name, (states.STOPPED, "stopped"))
             if state != "DROPPED":
                 cat.set_state(name, state, reason)
@@ -110,8 +110,8 @@ class Supervisor:
     def failed(self, name: str, message: str, permanent: bool = False) -> None:
         """A query died or could not start: restart it later, or give up (FAILED)."""
         cat, message = self.worker.catalog, self.worker._scrub(message)
-        if not cat.has_connector(name):
-            return
+        if not cat.has_connector(name) or cat.state_of(name) in (states.PAUSED, states.STOPPED):
+            return  # paused or stopped by the user as it failed: it stays so
         options = self.worker.options_of(name)
         attempt = self.attempts.get(name, 0) + 1
         if permanent:

@@ -531,10 +531,11 @@ class Worker:
         and waits for one under way (its query is then stopped)."""
         with self.supervisor.launching:
             self.supervisor.forget(name)
-            if self.engine.is_active(name):
-                self.supervisor.stop_to[name] = (state, reason)
-                self.engine.stop(name)
-            elif state != "DROPPED" and self.catalog.has_connector(name):
+            self.supervisor.stop_to[name] = (state, reason)  # its end, when reported, is this
+            self.engine.stop(name)  # returns once that end is reported (it had a query)
+            self.supervisor.forget(name)  # a failure reported just before scheduled a restart
+            unsaid = self.supervisor.stop_to.pop(name, None) is not None  # no query ended
+            if unsaid and state != "DROPPED" and self.catalog.has_connector(name):
                 self.catalog.set_state(name, state, reason)
 
     def _secret_values(self) -> list[str]:

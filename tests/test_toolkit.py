@@ -20,6 +20,7 @@ from tests.toolkit_connectors import (
     Shelves,
     Sloppy,
     StagedPicky,
+    Streaming,
     written,
 )
 
@@ -111,6 +112,21 @@ def test_a_sink_whose_rejected_names_a_row_it_was_not_given_fails_the_batch(spar
     ):
         run.to_end()
     assert run.dead_letters() == []
+
+
+def test_a_sink_may_take_a_tasks_rows_batch_by_batch_as_they_arrive(spark, tmp_path):
+    """stage_batches gets the rows as Spark sends them, in Arrow batches of at most
+    spark.sql.execution.arrow.maxRecordsPerBatch rows, not gathered into one table."""
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    out = tmp_path / "out"
+    run = SinkRun(Streaming, {"path": str(out)}, tmp_path, schema)
+    run.add([{"id": i, "text": f"r{i}"} for i in range(25_000)])
+    run.to_end()
+    sizes = json.loads((out / "sizes.txt").read_text())
+    assert sum(map(sum, sizes)) == 25_000 and max(map(len, sizes)) >= 3, sizes
+    limit = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"))
+    assert max(n for task in sizes for n in task) <= limit
+    assert sorted(r["id"] for r in written(out)) == list(range(25_000))
 
 
 def test_a_staged_commit_whose_rejected_lacks_the_rows_fails_the_batch(spark, tmp_path):

@@ -233,6 +233,31 @@ class StagedPicky(Picky):
             Path(part).unlink(missing_ok=True)
 
 
+class Streaming(JsonDir):
+    """JsonDir that writes each task's rows batch by batch as they arrive (stage_batches) into
+    a part file, never holding them whole; commit renames the parts into the batch's files and
+    notes in `sizes.txt` the sizes of the batches each task got."""
+
+    def stage_batches(self, writer, batch_id, task, rows):
+        part = Path(self.options["path"]) / f".{writer}-{batch_id}-{task}.part"
+        sizes = []
+        with part.open("w") as out:
+            for batch in rows:
+                sizes.append(batch.num_rows)
+                out.write("".join(json.dumps(r) + "\n" for r in batch.to_pylist()))
+        return str(part), sizes
+
+    def commit(self, writer, batch_id, staged):
+        folder = Path(self.options["path"])
+        for n, (part, _sizes) in enumerate(staged):
+            Path(part).replace(folder / f"{writer}-{batch_id:08d}-{n}.json")
+        (folder / "sizes.txt").write_text(json.dumps([sizes for _part, sizes in staged]))
+
+    def last_batch(self, writer):
+        files = Path(self.options["path"]).glob(f"{writer}-*.json")
+        return max((int(p.stem.split("-")[1]) for p in files), default=None)
+
+
 def written(path) -> list[dict]:
     return [
         json.loads(line)

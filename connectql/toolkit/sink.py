@@ -19,6 +19,12 @@ calls ``write(writer, batch_id, table)``, the one method a simple sink implement
 ``last_batch``). A sink that must scale out writes its rows in ``stage`` (e.g. into a staging
 table or temporary files) and only publishes them in ``commit``.
 
+``stage_batches(writer, batch_id, task, rows)`` is what the toolkit calls per task, with the
+rows as a ``pyarrow.RecordBatchReader`` that yields them as Spark sends them (batches of
+``spark.sql.execution.arrow.maxRecordsPerBatch`` rows); its default gathers them into one Table
+for ``stage``. A sink whose tasks get more rows than it should hold at once (a bulk copy, a
+multipart upload) overrides ``stage_batches`` and writes each batch as it comes.
+
 `writer` is a stable id of the connector's checkpoint (a new id after DROP and CREATE): record
 ``(writer, batch_id)`` with the data, and answer ``last_batch(writer)`` from the target.
 
@@ -104,6 +110,13 @@ class Sink:
     def write(self, writer: str, batch_id: int, data: pa.Table) -> None:
         """Driver: write the batch's rows AND record (writer, batch_id), atomically."""
         raise NotImplementedError
+
+    def stage_batches(
+        self, writer: str, batch_id: int, task: int, rows: pa.RecordBatchReader
+    ) -> Any:
+        """Executor: one task's rows as they arrive (read them once). Returns what `commit`
+        needs (pickled). Default: `stage` of the rows gathered into one Table."""
+        return self.stage(writer, batch_id, task, rows.read_all())
 
     def stage(self, writer: str, batch_id: int, task: int, data: pa.Table) -> Any:
         """Executor: one task's rows. Returns what `commit` needs (pickled). Default: the rows."""

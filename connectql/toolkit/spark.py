@@ -407,8 +407,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         ctx = TaskContext.get()
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-        table = pa.Table.from_batches(list(iterator), schema=self.arrow_schema)
-        return Staged(self.sink.stage(self.writer, batch_id, ctx.partitionId(), table))
+        rows = pa.RecordBatchReader.from_batches(self.arrow_schema, iterator)
+        return Staged(self.sink.stage_batches(self.writer, batch_id, ctx.partitionId(), rows))
 
     def commit(self, messages: list[Staged], batchId: int) -> None:  # noqa: N803 (Spark's name)
         done = self.sink.last_batch(self.writer)

@@ -239,22 +239,28 @@ def test_a_connector_without_progress_while_behind_is_stalled(worker):
     )
 
 
-def test_a_restart_under_way_when_the_worker_closes_leaves_no_query(spark, home, tmp_path):
-    """close() waits for a restart that is launching, then stops its query; before, the
-    launch could finish after close() and leave the query running in the session."""
-    w = Worker(home)
-    inbox = bad_source(w, tmp_path, retries=10)
-    wait_until(lambda: w.catalog.get_connector("p").state == "RESTARTING", what="a restart")
-    entered, real_start = threading.Event(), w.engine.start
+def launching_a_restart(worker, tmp_path) -> None:
+    """Returns while the supervisor is launching a restart of failing source p, a launch that
+    takes a second more and whose query then runs (its file is mended)."""
+    inbox = bad_source(worker, tmp_path, retries=10)
+    wait_until(lambda: worker.catalog.get_connector("p").state == "RESTARTING", what="a restart")
+    entered, real_start = threading.Event(), worker.engine.start
 
     def slow_start(plan, feeder=None):
         parquet(inbox / "a.parquet", "SELECT range::INT AS id FROM range(3)")  # it will run
         entered.set()
-        time.sleep(1.0)  # the worker closes while this restart is launching
+        time.sleep(1.0)  # the test acts while this restart is launching
         real_start(plan, feeder)
 
-    w.engine.start = slow_start
+    worker.engine.start = slow_start
     assert entered.wait(60), "the restart never began"
+
+
+def test_a_restart_under_way_when_the_worker_closes_leaves_no_query(spark, home, tmp_path):
+    """close() waits for a restart that is launching, then stops its query; before, the
+    launch could finish after close() and leave the query running in the session."""
+    w = Worker(home)
+    launching_a_restart(w, tmp_path)
     w.close(stop_spark=False)
     time.sleep(1.5)
     assert [q.name for q in spark.streams.active] == []
@@ -264,18 +270,7 @@ def test_a_pause_while_a_restart_is_launching_leaves_it_paused(worker, tmp_path)
     """PAUSE waits for a restart that is launching, then stops its query; before, the launch
     went on after the pause (PAUSED -> STARTING -> RUNNING) and RESET ... OFFSETS right after
     found it RUNNING (seen in CI with a several-table source that restarts without a table)."""
-    inbox = bad_source(worker, tmp_path, retries=10)
-    wait_until(lambda: worker.catalog.get_connector("p").state == "RESTARTING", what="a restart")
-    entered, real_start = threading.Event(), worker.engine.start
-
-    def slow_start(plan, feeder=None):
-        parquet(inbox / "a.parquet", "SELECT range::INT AS id FROM range(3)")  # it will run
-        entered.set()
-        time.sleep(1.0)  # the user pauses while this restart is launching
-        real_start(plan, feeder)
-
-    worker.engine.start = slow_start
-    assert entered.wait(60), "the restart never began"
+    launching_a_restart(worker, tmp_path)
     run(worker, "PAUSE CONNECTOR p; RESET CONNECTOR p OFFSETS")
     entry = worker.catalog.get_connector("p")
     assert (entry.state, entry.desired_state) == ("PAUSED", "paused")

@@ -168,6 +168,30 @@ def test_a_bad_template_or_compression_is_refused_at_create(worker, s3server, bu
     assert not worker.catalog.has_connector("out")
 
 
+def test_a_task_writes_each_object_once_it_is_full_holding_no_more(s3server, bucket):  # noqa: F811
+    """With file.max.records, a task's rows arriving batch by batch are staged object by
+    object as each fills (the first before the rows after it arrive), cut across batches."""
+    given = {**s3server.options(), "bucket": bucket, "format": "jsonl", "file.max.records": 10}
+    sink = S3Sink(validate({o.name: o for o in S3Sink.options}, given, "s3 sink"))
+    staging = pafs.FileSelector(f"{bucket}/{sink._home('w')}/0", allow_not_found=True)
+    seen = []
+
+    def arriving():
+        for batch in TABLE.to_batches(max_chunksize=4):  # 4 + 4 + 4 (the first object) + ...
+            seen.append(len(sink.fs.get_file_info(staging)))
+            yield batch
+
+    staged = sink.stage_batches("w", 0, 0, pa.RecordBatchReader.from_batches(SCHEMA, arriving()))
+    assert seen == [0, 0, 0, 1, 1, 2, 2]  # objects staged before each batch came
+    assert [records for _task, _key, records in staged] == [10, 10, 5]
+    rows = [
+        json.loads(line)["id"]
+        for _task, key, _n in staged
+        for line in sink.fs.open_input_stream(f"{bucket}/{key}").read().decode().splitlines()
+    ]
+    assert rows == list(range(25))
+
+
 def test_an_object_bigger_than_s3_copies_in_one_request_is_refused(s3server, bucket):  # noqa: F811
     """The commit copies each staged object once, server-side, and S3 copies at most 5 GiB in
     one request: staging a bigger object fails naming file.max.records (a 300-byte limit stands

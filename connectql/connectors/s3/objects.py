@@ -150,10 +150,3 @@ class Template:
         return self.text.format(
             stream=stream, partition=partition, start_offset=offset, batch=batch, ext=ext
         )
-
-
-def pieces(table: pa.Table, max_records: int | None) -> list[pa.Table]:
-    """The rows cut into objects of at most `max_records` (None: one object)."""
-    if not max_records or table.num_rows <= max_records:
-        return [table]
-    return [table.slice(at, max_records) for at in range(0, table.num_rows, max_records)]

@@ -16,7 +16,6 @@ from connectql.connectors.s3.objects import (
     ObjectFormat,
     Template,
     avro_schema,
-    pieces,
 )
 from connectql.connectors.s3.options import STORE_OPTIONS
 from connectql.connectors.s3.store import INTERNAL, place_of, require_bucket
@@ -50,8 +49,9 @@ SINK_OPTIONS = (
         "file.max.records",
         "int",
         doc="at most this many records per object: keep objects under 5 GiB, the most S3 copies"
-        " in one request (the commit's server-side copy); absent: one object per task and"
-        " micro-batch (objects roll at every micro-batch: file.flush.interval.ms sets how often)",
+        " in one request (the commit's server-side copy), and a task holds no more at once;"
+        " absent: one object per task and micro-batch (objects roll at every micro-batch:"
+        " file.flush.interval.ms sets how often)",
     ),
     Option(
         "file.flush.interval.ms",
@@ -116,16 +116,38 @@ class S3Sink(Sink):
 
     # -- executors ----------------------------------------------------------------------
     def stage(self, writer: str, batch_id: int, task: int, data: pa.Table) -> list[list]:
-        """The task's rows as staged objects: [[staging key, records], ...]."""
-        staged = []
-        for n, piece in enumerate(pieces(data, self.max_records) if data.num_rows else []):
-            key = f"{self._home(writer)}/{batch_id}/{task:05d}-{n:05d}.{self.format.ext}"
-            # the format compresses; pyarrow would compress a second time by the suffix
-            with self.fs.open_output_stream(self.place.path(key), compression=None) as out:
-                self.format.write(out, piece)
-            self._copyable(key, piece.num_rows)
-            staged.append([task, key, piece.num_rows])
+        """The task's rows as staged objects: [[task, staging key, records], ...]."""
+        rows = pa.RecordBatchReader.from_batches(data.schema, data.to_batches())
+        return self.stage_batches(writer, batch_id, task, rows)
+
+    def stage_batches(self, writer: str, batch_id: int, task: int, rows) -> list[list]:
+        """The task's rows as staged objects, each written once it holds file.max.records
+        records (the last with the rest), so that a task holds at most that many at once."""
+        staged: list[list] = []
+        held: list[pa.RecordBatch] = []
+        count, most = 0, self.max_records
+        for batch in rows:
+            while batch.num_rows:
+                room = most - count if most else batch.num_rows
+                held.append(batch.slice(0, room))
+                count += min(room, batch.num_rows)
+                batch = batch.slice(room)
+                if count == most:
+                    staged.append(self._staged(writer, batch_id, task, len(staged), held))
+                    held, count = [], 0
+        if count:
+            staged.append(self._staged(writer, batch_id, task, len(staged), held))
         return staged
+
+    def _staged(self, writer: str, batch_id: int, task: int, n: int, held) -> list:
+        """One staged object of `held` (record batches): [task, staging key, records]."""
+        piece = pa.Table.from_batches(held)
+        key = f"{self._home(writer)}/{batch_id}/{task:05d}-{n:05d}.{self.format.ext}"
+        # the format compresses; pyarrow would compress a second time by the suffix
+        with self.fs.open_output_stream(self.place.path(key), compression=None) as out:
+            self.format.write(out, piece)
+        self._copyable(key, piece.num_rows)
+        return [task, key, piece.num_rows]
 
     def _copyable(self, key: str, records: int) -> None:
         """A PermanentError naming file.max.records for an object the commit cannot copy."""

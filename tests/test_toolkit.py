@@ -14,6 +14,7 @@ from connectql.runtime.engine import field_lag, lag
 from connectql.toolkit.spark import Pacer, StreamWriter
 from connectql.toolkit.testing import SinkRun, SourceRun
 from tests.toolkit_connectors import (
+    Chunked,
     Counter,
     JsonDir,
     Picky,
@@ -65,6 +66,17 @@ def test_a_retryable_error_is_retried_and_a_bad_record_fails_naming_its_offset(s
         AssertionError, match=r'a record at \{"n": 2\} does not parse: not a number'
     ):
         bad.to_end()
+
+
+def test_a_source_that_plans_its_batches_reads_chunk_by_chunk_to_the_end(spark, tmp_path):
+    """plans_batches: each latest_offset is where the next batch ends; a run-once query goes
+    on until the source says no batch is due (not the first batch's end)."""
+    run = SourceRun(Chunked, {"count": 25, "chunk": 10, "tasks.max": 2}, tmp_path)
+    run.to_end()
+    assert sorted(r["id"] for r in run.rows()) == list(range(25))
+    assert run._committed() == 3  # 10 + 10 + 5
+    run.to_end()
+    assert run._committed() == 3 and len(run.rows()) == 25  # nothing due: no batch
 
 
 def test_a_sink_writes_each_batch_once_across_a_stop_and_a_replayed_batch(spark, tmp_path):

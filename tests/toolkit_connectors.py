@@ -167,6 +167,16 @@ class JsonDir(Sink):
         temp.replace(target)
 
 
+class Chunked(Counter):
+    """Counter whose micro-batches it cuts itself, `chunk` records each (plans_batches)."""
+
+    options = (*Counter.options, Option("chunk", "int", 10, doc="records per micro-batch"))
+    plans_batches = True
+
+    def latest_offset(self, start):
+        return {"n": min(start["n"] + self.options["chunk"], self.options["count"])}
+
+
 class Picky(JsonDir):
     """JsonDir that refuses a record whose text has a 9, one per call (as a target that stops
     at the first bad row would): the toolkit asks again, round after round. `crash`: a file

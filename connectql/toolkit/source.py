@@ -93,6 +93,11 @@ class Source:
     retry_backoff_ms: ClassVar[int] = 200
     #: rows per Arrow batch when `read` yields dicts
     rows_per_batch: ClassVar[int] = 10_000
+    #: the source cuts its micro-batches itself: `latest_offset(start)` returns where the next
+    #: one ends (a database's next snapshot chunk or log window), not the newest offset, and
+    #: `start` when none is due; with run = 'once' the source ends the run the same way (told
+    #: by `available_now()`). batch.max.records and `records_per_second` do not apply.
+    plans_batches: ClassVar[bool] = False
     #: the tables of a several-table source stopped earlier by TableFailed (the toolkit sets it
     #: before any call): `read` need not read them, and what it yields of them is dropped
     failed: frozenset[str] = frozenset()

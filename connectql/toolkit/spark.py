@@ -156,6 +156,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_now = True
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self.source.plans_batches:  # where the next batch ends, the run's end too
+            self._latest = retried(self.source, self.source.latest_offset, start)
+            return self._latest
         latest = self._target
         if latest is None:
             latest = retried(self.source, self.source.latest_offset, start)

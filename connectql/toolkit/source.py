@@ -96,7 +96,8 @@ class Source:
     #: the source cuts its micro-batches itself: `latest_offset(start)` returns where the next
     #: one ends (a database's next snapshot chunk or log window), not the newest offset, and
     #: `start` when none is due; with run = 'once' the source ends the run the same way (told
-    #: by `available_now()`). batch.max.records and `records_per_second` do not apply.
+    #: by `available_now()`). batch.max.records and `records_per_second` do not apply, and
+    #: `reported_latest` is given that end: return the newest offset there, for the lag.
     plans_batches: ClassVar[bool] = False
     #: the tables of a several-table source stopped earlier by TableFailed (the toolkit sets it
     #: before any call): `read` need not read them, and what it yields of them is dropped

@@ -143,6 +143,7 @@ class Engine:
         self.finished: dict[str, threading.Event] = {}
         self._by_id: dict[str, str] = {}  # run id -> connector (a restart keeps the query id)
         self._stopping: set[str] = set()
+        self._reporting: dict[str, threading.Event] = {}  # name -> set when its end is reported
         self._dead: dict[tuple[str, int], int] = {}  # (connector, batch) -> rows dead-lettered
         # a packed source's rows (a Spark row is a chunk of them): (connector, batch) -> rows
         self._packed: dict[tuple[str, int], int] = {}
@@ -382,12 +383,11 @@ class Engine:
         stopped now. True when it has ended;
         else `lingering[name]` is a thread that ends with it."""
         with self._lock:
-            query, reported = self.queries.get(name), self.finished.get(name)
+            query = self.queries.get(name)
             if query is not None:
                 self._stopping.add(name)
         if query is None:  # it ended on its own, and its end may be being reported now
-            if reported is not None:
-                reported.wait(REPORT_WAIT_S)
+            self._await_report(name)
             return True
         stopper = Stopper(query, self.writers.get(name))
         stopper.start()
@@ -398,9 +398,16 @@ class Engine:
         # report the end here: the listener's report can be minutes behind with many queries
         self._flush_progress(query)
         self._terminated(str(query.runId), None)
-        if reported is not None:  # the listener may have been first, and be reporting it
-            reported.wait(REPORT_WAIT_S)
+        self._await_report(name)  # the listener may have been first, and be reporting it
         return not stopper.is_alive()
+
+    def _await_report(self, name: str) -> None:
+        """Wait (at most REPORT_WAIT_S) for a report of the query's end under way on another
+        thread, so that the caller sees the state it sets."""
+        with self._lock:
+            reporting = self._reporting.get(name)
+        if reporting is not None:
+            reporting.wait(REPORT_WAIT_S)
 
     def stop_all(self) -> None:
         for name in list(self.queries):
@@ -439,12 +446,17 @@ class Engine:
             self.rides.pop(name, None)
             stopped = name in self._stopping
             self._stopping.discard(name)
+            done = self._reporting[name] = threading.Event()
         if exception and not stopped:
             log.error("connector %s failed:\n%s", name, exception)
         try:
             self.on_terminated(name, exception, stopped)
         finally:
             self.finished[name].set()
+            with self._lock:
+                if self._reporting.get(name) is done:
+                    del self._reporting[name]
+            done.set()
 
     def _progress(self, p) -> None:
         """Report one batch's progress, once: the listener and wait() may both see it."""

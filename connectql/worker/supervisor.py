@@ -26,6 +26,10 @@ def backoff_ms(attempt: int, base_ms: int, cap_ms: int = BACKOFF_CAP_MS) -> int:
     return min(cap_ms, base_ms * 2 ** max(0, attempt - 1))
 
 
+# states a user's PAUSE or a stop put a connector in: the supervisor restarts nothing there
+HELD = (states.PAUSED, states.STOPPED)
+
+
 class Supervisor:
     """Reacts to query termination and progress (Spark's listener thread) and watches for
     stalls (its own thread). `worker` provides catalog, engine, _launch, _plan_for and _scrub."""
@@ -110,7 +114,7 @@ class Supervisor:
     def failed(self, name: str, message: str, permanent: bool = False) -> None:
         """A query died or could not start: restart it later, or give up (FAILED)."""
         cat, message = self.worker.catalog, self.worker._scrub(message)
-        if not cat.has_connector(name) or cat.state_of(name) in (states.PAUSED, states.STOPPED):
+        if not cat.has_connector(name) or cat.state_of(name) in HELD:
             return  # paused or stopped by the user as it failed: it stays so
         options = self.worker.options_of(name)
         attempt = self.attempts.get(name, 0) + 1
@@ -171,12 +175,10 @@ class Supervisor:
         """Whether a restart the supervisor scheduled is still wanted: the worker is open and
         no one paused, stopped or dropped the connector while it waited."""
         cat = self.worker.catalog
-        return (
-            not self._closed.is_set()
-            and cat.has_connector(name)
-            and cat.get_connector(name).desired_state == "running"
-            and cat.state_of(name) not in (states.PAUSED, states.STOPPED)
-        )
+        if self._closed.is_set() or not cat.has_connector(name):
+            return False
+        entry = cat.get_connector(name)
+        return entry.desired_state == "running" and entry.state not in HELD
 
     def _restart(self, name: str) -> None:
         with self.launching:

@@ -61,8 +61,8 @@ _counted: dict[str, int | None] = {}
 def _total(worker, name: str) -> int | None:
     """The size of a connector's bounded work: known to its plan, or asked once of its source."""
     plan = worker.engine.plans.get(name)
-    if plan is None or plan.reader.total_rows or plan.reader.count_rows is None:
-        return plan.reader.total_rows if plan else None
+    if plan is None or plan.reader.count_rows is None:
+        return None
     if name not in _counted:
         try:
             _counted[name] = plan.reader.count_rows()

@@ -303,8 +303,9 @@ def test_the_plan_carries_lag_field_and_total_and_refuses_once_without_total():
     plugin = registry.lookup("datagen", "source")
     defaults = {k: o.default for k, o in plugin.source_options.items()}
     plan = plugin.plan_source({**defaults, "rows.total": 25, "run": "once"})
-    assert (plan.format, plan.lag_field, plan.total_rows) == (FORMAT, "seq", 25)
-    assert plan.schema == schema_ddl(parse_fields(None))
+    assert (plan.format, plan.lag_field, plan.count_rows()) == (FORMAT, "seq", 25)
+    assert plan.schema is None  # asked at CREATE, not at each start
+    assert [(f.table, f.ddl) for f in plan.discover()] == [(None, schema_ddl(parse_fields(None)))]
     with pytest.raises(ValidationError, match="run = 'once' needs rows.total"):
         plugin.plan_source({**defaults, "run": "once"})
 

@@ -26,7 +26,7 @@ def test_a_mysql_snapshot_counts_the_rows_of_every_table_it_reads(plain_db):  # 
     where = {"host": plain_db.host, "port": plain_db.port, "database": plain_db.name}
     assert planned(MYSQL, **where, table="order*").count_rows() == 8
     assert planned(MYSQL, **where, table="other").count_rows() == 7
-    assert planned(MYSQL, **where, table="other", mode="bulk").count_rows is None
+    assert planned(MYSQL, **where, table="other", mode="bulk").count_rows() is None
 
 
 def test_a_postgres_snapshot_counts_the_rows_of_every_table_it_reads(pg_shared, db):  # noqa: F811

@@ -24,12 +24,13 @@ postgres = tests.toolkit_connectors:COUNTER
 shelves = tests.toolkit_connectors:SHELVES
 picky = tests.toolkit_connectors:PICKY
 growing = tests.toolkit_connectors:GROWING
+keyed = tests.toolkit_connectors:KEYED
 """
 
 
 @pytest.fixture
 def plugins(tmp_path):
-    """An installed package (its metadata on sys.path) that declares six entry points."""
+    """An installed package (its metadata on sys.path) that declares eight entry points."""
     site = tmp_path / "site"
     meta = site / "fake_plugins-1.2.3.dist-info"
     meta.mkdir(parents=True)
@@ -242,3 +243,18 @@ def test_a_plugin_names_where_it_waits_and_cleans_up_when_dropped(plugins, worke
     assert not marker.exists()  # the source's cleanup is not the sink's
     assert run(worker, "DROP CONNECTOR c")[0].message == f"dropped connector c; wrote {marker}"
     assert marker.read_text() == "c"
+
+
+@pytest.mark.spark
+def test_a_source_is_asked_what_it_reads_at_create_not_at_each_start(plugins, worker, tmp_path):
+    asked = tmp_path / "asked"
+    run(worker, f"CREATE SOURCE CONNECTOR k FROM keyed INTO ks WITH (count = 3, asked = '{asked}')")
+    query = "SELECT id, text FROM ks ORDER BY id"
+    rows = wait_until(lambda: len(run(worker, query)[0].rows) == 3 and run(worker, query)[0].rows)
+    assert rows == [(i, "k True") for i in range(3)]  # its name and checkpoint, on executors
+    assert worker.catalog.find_stream("ks").key_columns == ("id",)  # key(), for upsert sinks
+    assert asked.read_text() == "schema\n"
+    run(worker, "PAUSE CONNECTOR k")
+    run(worker, "RESUME CONNECTOR k")
+    wait_until(lambda: worker.catalog.get_connector("k").state == "RUNNING", what="k resumed")
+    assert asked.read_text() == "schema\n"  # a start takes the stream's schema from the catalog

@@ -276,7 +276,28 @@ def written(path) -> list[dict]:
     ]
 
 
+class Keyed(Counter):
+    """Counter whose records are identified by id (key()), each carrying the name of the
+    connector that read it and whether its checkpoint is a directory; `asked`: a file that
+    schema() adds a line to each time it is asked."""
+
+    options = (*Counter.options, Option("asked", required=True, doc="a file: a line per ask"))
+
+    def schema(self):
+        with open(self.options["asked"], "a") as f:
+            f.write("schema\n")
+        return super().schema()
+
+    def key(self):
+        return ("id",)
+
+    def read(self, partition):
+        for record in super().read(partition):
+            yield {**record, "text": f"{self.connector} {os.path.isdir(self.checkpoint)}"}
+
+
 COUNTER = Connector("counter", "numbered test records", source=Counter, sink=JsonDir)
 PICKY = Connector("picky", "JSON files without nines", sink=Picky)
 GROWING = Connector("growing", "numbered records that gain a column", source=Growing)
 SHELVES = Connector("shelves", "numbered test records in two tables", source=Shelves)
+KEYED = Connector("keyed", "numbered records with a key", source=Keyed)

@@ -27,7 +27,7 @@ def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
     return Plugin(
         type=connector.type,
         doc=connector.doc,
-        source_options=_options(SOURCE_COMMON, MAX_RECORDS, *source.options) if source else None,
+        source_options=_source_options(source) if source else None,
         sink_options=_options(SINK_COMMON, *sink.options) if sink else None,
         plan_source=(lambda opts: plan_source(connector, opts)) if source else None,
         plan_sink=(lambda opts, stream=None: plan_sink(connector, _named(opts, stream)))
@@ -37,6 +37,13 @@ def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
         origin=origin,
         on_drop=lambda opts, name, kind: _dropped(connector, opts, name, kind),
     )
+
+
+def _source_options(source) -> dict[str, Option]:
+    """A source's options: the common ones, the read limit (unless it plans its batches
+    itself), its own."""
+    limit = () if source.plans_batches else (MAX_RECORDS,)
+    return _options(SOURCE_COMMON, *limit, *source.options)
 
 
 def _dropped(connector: Connector, opts: dict[str, Any], name: str, kind: str) -> str | None:
@@ -65,33 +72,44 @@ def _hidden(spark_options: dict[str, str]) -> tuple[str, ...]:
 
 
 def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
-    from connectql.toolkit.spark import MAX_RECORDS_KEY, ddl, spark_options
+    """The reader of a toolkit source. What it reads (tables(), schema(), key()) and how much
+    (total_records()) are asked only when wanted (CREATE, EXPLAIN, a schema's evolution, a
+    progress bar): a start needs no call to the external system before its query runs."""
+    from connectql.toolkit.spark import MAX_RECORDS_KEY, spark_options
 
     where = f"{connector.type} source"
     source = _call(where, connector.source, opts)
     _call(where, source.check)
     if opts.get("run") == "once":
         _call(where, source.available_now)
-    tables = _tables(where, source)
-    schema = None if tables else ddl(_call(where, source.schema))
     options = spark_options(connector.source, opts, _secret(connector.source.options))
     if opts.get("batch.max.records"):
         options[MAX_RECORDS_KEY] = str(opts["batch.max.records"])
-    tolerant = opts.get("errors.tolerance") == "all" and not tables
     return ReaderSpec(
         "connectql_toolkit",
         options,
-        schema=schema,
-        discover=lambda: tables or [Found(None, schema, ())],  # what evolution widens to
-        several=bool(tables),
+        discover=lambda: _found(where, source),
         lag_field=connector.source.lag_field,
         lag_bytes_field=connector.source.lag_bytes_field,
-        total_rows=_call(where, source.total_records),
+        count_rows=lambda: _call(where, source.total_records),
         secret_options=_hidden(options),
-        corrupt_column=DEAD_LETTER_COLUMN if tolerant else None,
+        # one table's records that do not parse travel in this column; several tables' are
+        # packed (multitable.with_tables_schemas takes the column away)
+        corrupt_column=DEAD_LETTER_COLUMN if opts.get("errors.tolerance") == "all" else None,
         endpoint=_call(where, source.endpoint),
-        packs=not tables,
+        packs=True,
     )
+
+
+def _found(where: str, source) -> list[Found]:
+    """What the source reads: its tables, or its one table's schema and key."""
+    from connectql.toolkit.spark import ddl
+
+    tables = _tables(where, source)
+    if tables:
+        return tables
+    schema = _call(where, ddl, _call(where, source.schema))
+    return [Found(None, schema, tuple(_call(where, source.key)))]
 
 
 def _tables(where: str, source) -> list[Found]:

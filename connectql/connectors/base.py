@@ -29,9 +29,8 @@ class ReaderSpec:
     schema: str | None = None  # Spark DDL; None = inferred from the data when the plan starts
     lag_field: str | None = None  # numeric key of the offset dict whose latest - end is the lag
     lag_bytes_field: str | None = None  # the same, counting bytes: connectors.lag_bytes
-    total_rows: int | None = None  # known size of bounded work (for progress bars)
-    # the size of bounded work only the source can tell (a cdc snapshot's table), asked once
-    # by whoever shows progress
+    # the size of bounded work (a cdc snapshot's tables, a generator's rows), asked once by
+    # whoever shows progress; None: not known
     count_rows: Callable[[], int | None] | None = field(default=None, compare=False)
     secret_options: tuple[str, ...] = ()  # option names whose values must never be shown
     corrupt_column: str | None = None  # column holding the raw text of a record that did not parse
@@ -42,7 +41,6 @@ class ReaderSpec:
     # tables): what it reads, one Found per table of a multi-table source; raises PlanError
     # naming what is wrong.
     discover: Callable[[], list[Found]] | None = field(default=None, compare=False)
-    several: bool = False  # discover finds several tables, each for a stream of its own
     endpoint: str | None = None  # host:port the reads wait on (named when a batch hangs)
     # one table's rows can travel packed (multitable.packed_one): a Spark row per chunk of rows
     packs: bool = False

@@ -39,9 +39,12 @@ def matching(names: list[str], items: tuple[str, ...], where: str) -> list[str]:
 
 def with_tables_schemas(reader, parts: list[tuple[str, StructType]]):
     """A reader spec (planner) that reads the tables of `parts`, (table, its stream's schema)
-    in reading order: the packed Spark schema, the tables' schemas in SCHEMAS_OPTION."""
+    in reading order: the packed Spark schema, the tables' schemas in SCHEMAS_OPTION (their
+    dead letters are packed too, not in a column of their own)."""
     options = {**reader.options, SCHEMAS_OPTION: schemas_option(parts)}
-    return dataclasses.replace(reader, schema=PACKED_DDL, options=options)
+    return dataclasses.replace(
+        reader, schema=PACKED_DDL, options=options, corrupt_column=None, packs=False
+    )
 
 
 def packed_one(reader, struct: StructType):

@@ -8,14 +8,17 @@ pacing (records per second), lag, retries of retryable errors and dead letters.
 What is called when, and where:
 
 * On the driver (the worker process), at CREATE and at every start: ``Source(options)``, then
-  ``check()`` and ``tables()``, and ``schema()`` when ``tables()`` is None.
-* On the driver, at CREATE: ``total_records()`` (progress bars) and, with ``run = 'once'``,
-  ``available_now()``; the latter again when such a query starts.
+  ``check()`` and ``endpoint()``, and with ``run = 'once'`` ``available_now()``.
+* On the driver, at CREATE (and ALTER, EXPLAIN, and after a SchemaEvolved): ``tables()``, and
+  ``schema()`` and ``key()`` when ``tables()`` is None. A start does not ask them (the streams'
+  schemas are in the catalog), so a start needs no call to the external system.
+* On the driver, the first time a progress bar is drawn: ``total_records()``.
 * On the driver, once per micro-batch: ``latest_offset(start)``, ``end_offset(start, latest,
   max_records)`` and ``partitions(start, end)``; after the batch is committed, ``commit(end)``.
   ``max_records`` is the smallest of the read limit (``batch.max.records``, else
   ``default_max_records()``) and, when ``records_per_second()`` paces the source, the records
   the pace allows now. Spark shows ``reported_latest(latest)`` as the latest offset (the lag).
+  The toolkit sets ``connector`` (the connector's name) and ``checkpoint`` before these calls.
 * On an executor (a Python worker, possibly another process or machine): ``read(partition)``.
   The source object is pickled to get there: keep connections out of ``__init__`` and open
   them in ``read`` (or lazily).
@@ -106,6 +109,12 @@ class Source:
     #: one-table source), set by the toolkit before any call: a column a stream lacks is not
     #: kept; raise SchemaEvolved to widen the stream first
     stream_schemas: dict[str | None, Any] = {}
+    #: the connector's name (set by the toolkit before any call of a running query; "" at
+    #: CREATE), e.g. to name what the source keeps in the external system
+    connector: str = ""
+    #: the query's checkpoint directory (set like `connector`): a source may keep files of its
+    #: own in a folder under it (a spool); they go with the offsets (RESET OFFSETS, DROP)
+    checkpoint: str = ""
 
     def __init__(self, options: dict[str, Any]):
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""
@@ -116,7 +125,7 @@ class Source:
         what is wrong with the options or the external system. Default: nothing to check."""
 
     def tables(self) -> list[Table] | None:
-        """Driver, at CREATE and each start: the tables of a source that reads several, each
+        """Driver, at CREATE: the tables of a source that reads several, each
         to a stream of its own, in the streams' order. Default: None (one table, `schema()`)."""
         return None
 
@@ -124,6 +133,11 @@ class Source:
         """Driver: the rows' schema, as Spark DDL ('id BIGINT, name STRING') or a pyarrow
         Schema; fixed, from the options, or discovered from the external system."""
         raise NotImplementedError
+
+    def key(self) -> tuple[str, ...]:
+        """Driver, at CREATE: the columns that identify a row of a one-table source (its
+        stream's key, which an upsert sink of the stream takes by default). Default: ()."""
+        return ()
 
     def initial_offset(self) -> dict:
         """Driver: where a new connector starts (before any record)."""
@@ -156,13 +170,15 @@ class Source:
         finish (e.g. unbounded work). Default: nothing to check."""
 
     def total_records(self) -> int | None:
-        """Driver, at CREATE: how many records bounded work holds (progress bars); None: not
-        known. Default: None."""
+        """Driver, when a progress bar is first drawn: how many records bounded work holds
+        (e.g. a snapshot's rows); None: not known. Default: None."""
         return None
 
     def reported_latest(self, latest: dict) -> dict | None:
         """Driver: the latest offset to report, from which lag is computed; None: there is no
-        meaningful latest (an unbounded generator). Default: `latest`."""
+        meaningful latest (an unbounded generator); or {"lag": n, "unit": "rows" or "bytes"}
+        when the source counts how far behind it is itself (a database's change log). Default:
+        `latest`."""
         return latest
 
     def partitions(self, start: dict, end: dict) -> list[Any]:

@@ -134,6 +134,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         given = int(options.get(MAX_RECORDS_KEY) or 0)
         self.max_records = given or source.default_max_records() or 0
         self.connector = options.get("connectql.connector") or type(source).__name__
+        source.connector = options.get("connectql.connector") or ""
+        source.checkpoint = options.get("connectql.checkpoint") or ""
         source.failed = frozenset(json.loads(options.get(FAILED_OPTION) or "[]"))
         data = [f for f in self.arrow_schema if f.name != DEAD_LETTER_COLUMN]
         streams = self.tables or {None: pa.schema(data)}
@@ -269,7 +271,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def _letter(letter: DeadLetter) -> dict:
     """A dead letter as runtime/deadletters.py reads a packed one."""
     return {
-        "offset": json.dumps(letter.offset) if letter.offset else None,
+        "offset": json.dumps(letter.offset, sort_keys=True, default=str) if letter.offset else None,
         "error_class": letter.error_class,
         "error_message": letter.error,
         "raw_record": letter.raw,

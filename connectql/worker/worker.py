@@ -612,10 +612,10 @@ class Worker:
             c.name, kind, c.type, c.stream, c.options, getattr(c, "select", None)
         )
         plan = self._plan(entry)
-        if kind == "source" and plan.reader.several:
-            # the tables the list resolves to now; a PlanError names an item matching none
-            found = [f for f in plan.reader.discover() if f.table is not None]
-            plan = self._with_tables(plan, found)
+        discover = plan.reader.discover if kind == "source" and not plan.reader.schema else None
+        if discover:  # the tables it reads now; a PlanError names a pattern matching none
+            found = [f for f in discover() if f.table is not None]
+            plan = self._with_tables(plan, found) if found else plan
         return Result(columns=["step", "detail"], rows=plan.describe(), title=f"plan of {c.name}")
 
     def _with_tables(self, plan: Plan, found: list) -> Plan:

@@ -50,6 +50,7 @@ from connectql.connectors.relational.changerows import ChangeRows, Changes
 from connectql.connectors.relational.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.relational.tablereader import Window
 from connectql.errors import ChangeLogGone, ConnectQLError, PlanError
+from connectql.toolkit.source import DeadLetter
 
 HEARD_S = 15.0  # a followed binlog stream silent this long (no heartbeat) has hung
 
@@ -354,12 +355,12 @@ def _ends(w: Window) -> tuple:
 def read_changes(
     walker: Walker, part, schemas: dict[str, StructType], keys: dict[str, list], conn,
     tolerant: bool = False, fail=None,
-) -> Iterator[tuple[str, pa.RecordBatch]]:  # fmt: skip
+) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:  # fmt: skip
     """(table, change rows) of the changes of the tables of `schemas` in the transactions
     ending in (part.log_from, part.log_to]; `schemas` and `keys` by table. A change that
     cannot be read fails the read with `fail(table, message, hint)` (default: a
     ConnectQLError), naming its table and position, or when `tolerant` is one of the dead
-    letters yielded last as (DEAD_LETTERS, rows)."""
+    letters (toolkit DeadLetters) yielded last."""
     cfg = walker.cfg
     changes = Changes(
         {
@@ -387,7 +388,7 @@ def read_changes(
                 changes.add(table, op, values, before, meta, types[table], poison)
         if order(txn.end) == end:
             break
-    yield from changes.batches(next(iter(schemas.values())))
+    yield from changes.batches()
 
 
 def _poison(cfg, table: str, op: str, values: dict, txn: Txn, meta: dict, e: Exception) -> dict:

@@ -1,4 +1,5 @@
-"""The Python data source Spark loads as format `connectql_mysql` (reader and writer)."""
+"""The Python data source Spark loads as format `connectql_mysql`: the sink's writer (the source
+runs on the toolkit's data source)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,5 @@ FORMAT = "connectql_mysql"
 
 class MysqlDataSource(TableDataSource):
     format = FORMAT
-    reader = "connectql.connectors.mysql.source:MysqlStreamReader"
     writer = "connectql.connectors.mysql.sink:MysqlStreamWriter"
     target = "connectql.connectors.mysql.sink:MysqlTarget"

@@ -1,5 +1,5 @@
-"""The MySQL source's Spark reader: the shared table reader (tablereader) with MySQL's
-connection, table description and dialect, and for `cdc` the binary log as its change log
+"""The MySQL source: the shared table source (tablereader) with MySQL's options, connection,
+table description and dialect, and for `cdc` the binary log as its change log
 (positions are binlog coordinates, under the offset key "binlog")."""
 
 from __future__ import annotations
@@ -10,12 +10,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from connectql.connectors.mysql import binlog, keyless
-from connectql.connectors.mysql.client import connect, qualified
+from connectql.connectors.mysql.client import connect, connection_config, qualified
 from connectql.connectors.mysql.db import RAW, MyDb
+from connectql.connectors.mysql.discovery import count, discover
+from connectql.connectors.mysql.options import PLACE, SOURCE_OPTIONS
 from connectql.connectors.mysql.tables import columns_of, describe_source
 from connectql.connectors.relational import arrowread
 from connectql.connectors.relational import tablereader as tr
 from connectql.connectors.relational.bounds import Bounds
+from connectql.errors import PlanError
+from connectql.toolkit.source import DeadLetter
 
 
 @dataclass(frozen=True)
@@ -30,9 +34,15 @@ class ReaderConfig(tr.TableConfig):
         return qualified(self.schema, self.table)
 
 
-class MysqlStreamReader(tr.TableStreamReader):
+class MysqlSource(tr.TableSource):
+    options = SOURCE_OPTIONS
+    database = "mysql"
+    place = PLACE
     config_class = ReaderConfig
     LOG_KEY = "binlog"
+    connection_config = staticmethod(connection_config)
+    discover = staticmethod(discover)
+    count = staticmethod(count)
     _scanner: binlog.Scanner | None = None
     _tailer: binlog.Tailer | None = None
 
@@ -54,7 +64,7 @@ class MysqlStreamReader(tr.TableStreamReader):
         return self.cfg.for_table(table).relation()
 
     def _walker(self, conn, reader: int) -> binlog.Walker:
-        columns = {t: columns_of(conn, self.cfg.schema, t) for t in self.tables}
+        columns = {t: columns_of(conn, self.cfg.schema, t) for t in self.tables_read}
         return binlog.Walker(self.cfg, columns, reader)
 
     def log_start(self, conn) -> dict:
@@ -78,16 +88,22 @@ class MysqlStreamReader(tr.TableStreamReader):
             self._tailer = binlog.Tailer(walker, start, self.cfg.batch_rows)
         return self._tailer.window(start)
 
-    def stop(self) -> None:
+    def settings(self) -> dict:
+        server_id = self.options.get("server.id") or 0
+        if server_id < 0:
+            raise PlanError(f"{self.where}: server.id must be a positive number")
+        return {**super().settings(), "server_id": server_id}
+
+    def close(self) -> None:
         if self._tailer is not None:
             self._tailer.close()
-        super().stop()
+        super().close()
 
     def log_order(self, position: dict):
         return binlog.order(position)
 
-    def log_read(self, conn, part: tr.Range) -> Iterator[tuple[str, pa.RecordBatch]]:
-        keys = {t: self.meta(conn, t).key for t in self.tables}
+    def log_read(self, conn, part: tr.Range) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
+        keys = {t: self.meta(conn, t).key for t in self.tables_read}
         walker = self._walker(conn, 1)
         yield from binlog.read_changes(
             walker, part, self.live_schemas, keys, conn, self.tolerant, self.cannot_read

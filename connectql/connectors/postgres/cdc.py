@@ -23,6 +23,7 @@ from connectql.connectors.relational.changerows import ChangeRows, Changes
 from connectql.connectors.relational.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.relational.tablereader import Window
 from connectql.errors import ConnectQLError
+from connectql.toolkit.source import DeadLetter
 
 PLUGIN_NAME = "pgoutput"
 SNAPSHOT_SEQ = 0  # changes count from 1 within their transaction, so snapshot rows sort first
@@ -208,12 +209,12 @@ def transactions(conn, slot: str, lsn_from: int, lsn_to: int) -> Iterator[tuple]
 def change_batches(
     cfg, schemas: dict[str, StructType], keys: dict[str, list], txns, seen=None, tolerant=False,
     fail=None,
-) -> Iterator[tuple[str, pa.RecordBatch]]:  # fmt: skip
+) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:  # fmt: skip
     """(table, change rows) of the captured tables' changes in `txns` (commit LSN, ts_ms, xid,
     [Change]), in commit order; `schemas` and `keys` by table. `seen(table, xid)`: whether the
     table's snapshot already holds that transaction's changes (they are left out). A change
     that cannot be read fails, naming its table and position, or when `tolerant` is one of the
-    dead letters yielded last as (DEAD_LETTERS, rows)."""
+    dead letters (toolkit DeadLetters) yielded last."""
     ones = {decoded_name(cfg.schema, t): cfg.for_table(t) for t in schemas}
     changes = Changes(
         {
@@ -234,7 +235,7 @@ def change_batches(
                 values, before, meta["__unchanged"] = _untoasted(change)
                 poison = partial(_poison, one, change, commit, meta)
                 changes.add(one.table, change.op, values, before, meta, change.types, poison)
-    yield from changes.batches(next(iter(schemas.values())))
+    yield from changes.batches()
 
 
 def _poison(cfg, change: Change, commit: int, meta: dict, e: Exception) -> dict:

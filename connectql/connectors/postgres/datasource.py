@@ -1,4 +1,5 @@
-"""The Python data source Spark loads as format `connectql_postgres` (reader and writer)."""
+"""The Python data source Spark loads as format `connectql_postgres`: the sink's writer (the
+source runs on the toolkit's data source)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,5 @@ FORMAT = "connectql_postgres"
 
 class PostgresDataSource(TableDataSource):
     format = FORMAT
-    reader = "connectql.connectors.postgres.source:PostgresStreamReader"
     writer = "connectql.connectors.postgres.sink:PostgresStreamWriter"
     target = "connectql.connectors.postgres.sink:PgTarget"

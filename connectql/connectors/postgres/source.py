@@ -1,4 +1,4 @@
-"""The PostgreSQL source's Spark reader: the shared table reader (tablereader) with PostgreSQL's
+"""The PostgreSQL source: the shared table source (tablereader) with PostgreSQL's options,
 connection, table description and dialect, and for `cdc` a logical replication slot as its
 change log (positions are LSNs, under the offset key "lsn")."""
 
@@ -7,23 +7,27 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import psycopg
 import pyarrow as pa
 
 from connectql.connectors.postgres import cdc, walstream
-from connectql.connectors.postgres.client import connect, qualified
+from connectql.connectors.postgres.client import connect, connection_config, qualified
 from connectql.connectors.postgres.db import PgDb
-from connectql.connectors.postgres.tables import describe_source
+from connectql.connectors.postgres.options import PLACE, SOURCE_OPTIONS
+from connectql.connectors.postgres.tables import count, describe_source, discover
 from connectql.connectors.relational import arrowread, polling
-from connectql.connectors.relational.bounds import Bounds
+from connectql.connectors.relational.bounds import BOUND_OPTIONS, Bounds
 from connectql.connectors.relational.tablereader import (
+    Group,
     Range,
     Table,
     TableConfig,
-    TableStreamReader,
+    TableSource,
     Window,
 )
+from connectql.toolkit.source import DeadLetter
 
 
 @dataclass(frozen=True)
@@ -32,14 +36,6 @@ class ReaderConfig(TableConfig):
 
     slot: str = ""
     checkpoint: str = ""  # the query's checkpoint directory (the change log spool is beside)
-
-    @classmethod
-    def from_options(cls, options: dict[str, str]) -> ReaderConfig:
-        cfg = super().from_options(options)
-        fill = {"checkpoint": options.get("connectql.checkpoint", "")}
-        if not cfg.slot:
-            fill["slot"] = default_slot(cfg.connector)
-        return replace(cfg, **fill)
 
     def relation(self) -> str:
         if self.query:
@@ -52,15 +48,57 @@ def default_slot(connector: str) -> str:
     return "connectql_" + re.sub(r"[^a-z0-9_]", "_", connector.lower())[:50]
 
 
-class PostgresStreamReader(TableStreamReader):
+# DROP waits this long at most on the server for the slot's cleanup (a server that hangs
+# would otherwise hold the DROP for connect.timeout.ms); what it could not drop it says
+DROP_BOUNDS = {"connect.timeout.ms": 3000, "read.timeout.ms": 10_000}
+
+
+def drop_config(opts: dict[str, Any]) -> dict[str, Any]:
+    """The connection config of the cleanup: the connector's bounds capped by DROP_BOUNDS."""
+    cfg = connection_config(opts)
+    for key, cap in DROP_BOUNDS.items():
+        own = int(cfg.get(key) or BOUND_OPTIONS[key].default)
+        cfg[key] = min(own, cap) if own > 0 else cap
+    return cfg
+
+
+class PostgresSource(TableSource):
     """cdc: while streaming, a walstream.Tailer holds the slot and spools changes; each batch's
     range is read from the spool ('spool' partitions). A run = 'once' source peeks the slot
     over SQL to its target instead ('changes' partitions)."""
 
+    options = SOURCE_OPTIONS
+    database = "postgres"
+    place = PLACE
     config_class = ReaderConfig
     LOG_KEY = "lsn"
-    UNREADABLE = (*TableStreamReader.UNREADABLE, psycopg.errors.DataError)
+    UNREADABLE = (*TableSource.UNREADABLE, psycopg.errors.DataError)
     _tailer: walstream.Tailer | None = None
+    connection_config = staticmethod(connection_config)
+    discover = staticmethod(discover)
+    count = staticmethod(count)
+
+    def settings(self) -> dict:
+        slot = self.options.get("slot.name") or default_slot(self.connector)
+        return {**super().settings(), "slot": slot, "checkpoint": self.checkpoint}
+
+    def on_drop(self, connector: str) -> str | None:
+        """DROP CONNECTOR of a cdc source drops its replication slot (it would pin WAL
+        forever) and its publication (named as the slot), within DROP_BOUNDS (or the
+        connector's own, if shorter)."""
+        if self.options.get("mode", "cdc") != "cdc":
+            return None
+        slot = self.options.get("slot.name") or default_slot(connector)
+        with connect(drop_config(self.options), autocommit=True) as conn:
+            dropped = [
+                f"{what} {slot}"
+                for what, done in (
+                    ("replication slot", cdc.drop_slot(conn, slot)),
+                    ("publication", cdc.drop_publication(conn, slot)),
+                )
+                if done
+            ]
+        return f"dropped {' and '.join(dropped)}" if dropped else None
 
     def connect(self):
         return connect(self.cfg.connection, autocommit=True)
@@ -80,23 +118,23 @@ class PostgresStreamReader(TableStreamReader):
         return self.cfg.for_table(table).relation()
 
     def log_start(self, conn) -> int:
-        return cdc.ensure_slot(conn, self.cfg.slot, self.cfg.schema, self.tables)
+        return cdc.ensure_slot(conn, self.cfg.slot, self.cfg.schema, self.tables_read)
 
     def log_now(self, conn) -> int:
         """While streaming: as far as the tailer has spooled (a batch never ends beyond)."""
-        if self.available_now or self._tailer is None:
+        if self.once or self._tailer is None:
             return cdc.current_lsn(conn)
         return self._tailer.seen
 
     def log_behind(self, conn, position: int) -> int:
         """While streaming, from the end of WAL the server last told the tailer: no query, so
         a server that hangs holds no batch up for a lag."""
-        if self.available_now or self._tailer is None:
+        if self.once or self._tailer is None:
             return max(0, cdc.current_lsn(conn) - position)
         return max(0, self._tailer.server_end - position)
 
     def _captured(self) -> set[str]:
-        return {cdc.decoded_name(self.cfg.schema, t) for t in self.tables}
+        return {cdc.decoded_name(self.cfg.schema, t) for t in self.tables_read}
 
     def _spool(self):
         return walstream.spool_dir(self.cfg.checkpoint, self.cfg)
@@ -124,14 +162,14 @@ class PostgresStreamReader(TableStreamReader):
         return cdc.scan(conn, self.cfg.slot, self.cfg.batch_rows, self._captured(), target)
 
     def log_done(self, conn, position: int) -> None:
-        if self.available_now:
+        if self.once:
             cdc.advance(conn, self.cfg.slot, position)
         else:
             self._tailing(position).confirm(position)
 
-    def partitions(self, start: dict, end: dict) -> list[Range]:
-        parts = super().partitions(start, end)
-        if self.available_now or not any(getattr(p, "kind", "") == "changes" for p in parts):
+    def _partitions(self, start: dict, end: dict) -> list[Range | Group]:
+        parts = super()._partitions(start, end)
+        if self.once or not any(getattr(p, "kind", "") == "changes" for p in parts):
             return parts
         self._tailing(start[self.LOG_KEY])  # a batch replayed after a restart: spool it again
         return [replace(p, kind="spool") if p.kind == "changes" else p for p in parts]
@@ -143,12 +181,11 @@ class PostgresStreamReader(TableStreamReader):
         if part.kind != "spool":
             yield from super()._read(conn, part, fast)
             return
-        keys = {t: self.meta(conn, t).key for t in self.tables}
+        keys = {t: self.meta(conn, t).key for t in self.tables_read}
         txns = walstream.read_spool(self._spool(), part.log_from, part.log_to)
-        for table, batch in self._changes(keys, txns):
-            yield self._shape(table, batch)
+        yield from self._changes_out(self._changes(keys, txns))
 
-    def _changes(self, keys: dict, txns) -> Iterator[tuple[str, pa.RecordBatch]]:
+    def _changes(self, keys: dict, txns) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
         """(table, change rows), less those a keyless table's snapshot already read."""
         seen = {
             cdc.decoded_name(self.cfg.schema, t): s
@@ -174,16 +211,16 @@ class PostgresStreamReader(TableStreamReader):
         db = PgDb(conn, {n: pg for n, pg, _s in self.meta(conn, part.table).columns})
         for batch in polling.read_range(db, self._src(part.table), [], None, None):
             batch = self.with_snapshot_columns(batch, part.table, part.log_from)
-            yield self._shape(part.table, batch)
+            yield self._out(part.table, batch)
         conn.execute("COMMIT")
 
-    def stop(self) -> None:
+    def close(self) -> None:
         if self._tailer is not None:
             self._tailer.close()
-        super().stop()
+        super().close()
 
-    def log_read(self, conn, part: Range) -> Iterator[tuple[str, pa.RecordBatch]]:
-        keys = {t: self.meta(conn, t).key for t in self.tables}
+    def log_read(self, conn, part: Range) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
+        keys = {t: self.meta(conn, t).key for t in self.tables_read}
         txns = cdc.transactions(conn, self.cfg.slot, part.log_from, part.log_to)
         yield from self._changes(keys, txns)
 

@@ -15,7 +15,7 @@ from pyspark.sql.types import StructField, StructType
 
 from connectql.errors import ConnectQLError, SchemaChanged, SchemaEvolved
 from connectql.toolkit.envelope import META_COLUMNS
-from connectql.toolkit.packed import DEAD_LETTERS
+from connectql.toolkit.source import DeadLetter
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
@@ -88,28 +88,24 @@ def cannot_read(table: str | None, message: str, hint: str) -> ConnectQLError:
     return ConnectQLError(f"{message} ({hint})")
 
 
-def dead_letters(records: list[dict], schema: StructType) -> pa.RecordBatch:
-    """Changes a source could not read, as rows of its change-data columns only: `__op` '!',
-    and in `__source` the JSON of each record (table, offset, error_class, error_message,
-    raw_record); runtime/deadletters.py turns them into dead-letter rows."""
-    n = len(records)
-    values = {
-        "__op": ["!"] * n,
-        "__ts_ms": [r.get("ts_ms") for r in records],
-        "__pos": [r.get("pos") for r in records],
-        "__source": [json.dumps(r, sort_keys=True, default=str) for r in records],
-    }
-    target = arrow_schema(StructType([f for f in schema.fields if f.name in META_COLUMNS]))
-    return pa.RecordBatch.from_arrays(
-        [pa.array(values.get(f.name, [None] * n), f.type) for f in target], schema=target
+def dead_letter(record: dict) -> DeadLetter:
+    """A change or range a source could not read (its record: table, offset, error_class,
+    error_message, raw_record) as the toolkit's dead letter."""
+    raw = record.get("raw_record")
+    return DeadLetter(
+        raw
+        if raw is None or isinstance(raw, str)
+        else json.dumps(raw, sort_keys=True, default=str),
+        record.get("error_message") or "",
+        record.get("offset"),
+        record.get("error_class") or "UNREADABLE",
     )
 
 
 class Changes:
     """The change rows of several tables (`rows`: a ChangeRows by table), and the changes that
     cannot be read: each fails the read with `fail(table, message, hint)` (default: a
-    ConnectQLError), or when `tolerant` becomes a dead letter, yielded after every table's rows
-    as (DEAD_LETTERS, rows)."""
+    ConnectQLError), or when `tolerant` becomes a dead letter, yielded after every table's rows."""
 
     def __init__(self, rows: dict[str, ChangeRows], tolerant: bool = False, fail=None):
         self.rows, self.tolerant, self.fail = rows, tolerant, fail or cannot_read
@@ -129,14 +125,12 @@ class Changes:
             raise self.fail(record["table"], record["error_message"], CANNOT_READ) from None
         self.dead.append(record)
 
-    def batches(self, schema: StructType) -> Iterator[tuple[str, pa.RecordBatch]]:
-        """(table, change rows) of each table that changed, then the dead letters (`schema`:
-        any of the tables' stream schemas: only its change-data columns are used)."""
+    def batches(self) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
+        """(table, change rows) of each table that changed, then the dead letters."""
         for table, built in self.rows.items():
             if built.count:
                 yield table, built.batch()
-        if self.dead:
-            yield DEAD_LETTERS, dead_letters(self.dead, schema)
+        yield from map(dead_letter, self.dead)
 
 
 def with_snapshot_columns(

@@ -1,5 +1,5 @@
-"""TableDataSource: the Python data source Spark loads for a database connector, its reader and
-writer named as "module:Class" so that registering it imports neither."""
+"""TableDataSource: the Python data source Spark loads for a database sink, its writers named
+as "module:Class" so that registering it imports neither."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ from pyspark.sql.types import StructType
 
 
 class TableDataSource(DataSource):
-    """A subclass names its format and its reader, writer and target (the writer of one of
+    """A subclass names its format and its writer and target (the writer of one of
     several streams, under RoutedWriter) classes."""
 
     format: ClassVar[str]
-    reader: ClassVar[str]
     writer: ClassVar[str]
     target: ClassVar[str]
 
@@ -29,8 +28,3 @@ class TableDataSource(DataSource):
         if ROUTES_OPTION in self.options:  # several streams (option streams)
             return RoutedWriter(load(self.target), self.options)
         return load(self.writer)(schema, self.options)
-
-    def streamReader(self, schema: StructType):  # noqa: N802
-        from connectql.connectors.registry import load
-
-        return load(self.reader)(schema, self.options)

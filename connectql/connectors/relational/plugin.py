@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from connectql.connectors.base import Plugin, ReaderSpec, WriterSpec
-from connectql.connectors.common import SINK_COMMON, SOURCE_COMMON
+from connectql.connectors.adapter import plugin_of
+from connectql.connectors.base import Plugin, WriterSpec
+from connectql.connectors.common import SINK_COMMON
 from connectql.connectors.options import Option
 from connectql.connectors.relational.bounds import BOUND_OPTIONS
 from connectql.connectors.relational.sink import sink_options, writer_spec
-from connectql.connectors.relational.source import (
-    check_source_options,
-    config_fields,
-    reader_spec,
-    source_options,
-    table_place,
-)
+from connectql.connectors.relational.source import source_options
+from connectql.toolkit.connector import Connector
 
 
 def _named(options) -> dict[str, Option]:
@@ -47,11 +44,12 @@ def password_option(who: str) -> Option:
 
 def source_option_set(
     connection: dict[str, Option], log: str, heartbeat_doc: str, *own: Option
-) -> dict[str, Option]:
-    """A table source's options: the common ones, the connection, the table source's (`log`
-    names the change log), the database's own cdc options and its heartbeat."""
+) -> list[Option]:
+    """A table source's own options (the common ones come with every toolkit source): the
+    connection, the table source's (`log` names the change log), the database's own cdc
+    options and its heartbeat."""
     heartbeat = Option("heartbeat.interval.ms", "int", 30000, doc=heartbeat_doc)
-    return {**SOURCE_COMMON, **connection, **source_options(log), **_named([*own, heartbeat])}
+    return [*connection.values(), *source_options(log).values(), *own, heartbeat]
 
 
 def sink_option_set(connection: dict[str, Option], qualified: str) -> dict[str, Option]:
@@ -59,36 +57,23 @@ def sink_option_set(connection: dict[str, Option], qualified: str) -> dict[str, 
     return {**SINK_COMMON, **connection, **sink_options(qualified)}
 
 
-def plan_table_source(
-    opts: dict[str, Any],
-    fmt: str,
-    place: tuple[str, Callable],
-    config: Callable[..., Any],
-    discover: Callable[[Any, bool, str], list],
-    count: Callable[[Any, str], int],
-) -> ReaderSpec:
-    """The ReaderSpec of a table source of format `fmt`: `place` = (the option naming the
-    tables' container, split('c.t', default) -> (container, table)); `config(**fields)` the
-    database's reader config; at CREATE `discover(cfg, cdc, where)` -> [tablereader.Table] and, for
-    a snapshot's progress, `count(cfg, where)`."""
-    where = f"{fmt.removeprefix('connectql_')} source"
-    check_source_options(opts, where)
-    cfg = config(**table_place(opts, place[0], place[1], where), **config_fields(opts))
-    found = lambda: discover(cfg, cfg.mode == "cdc", where)  # noqa: E731
-    return reader_spec(fmt, cfg, found, where, lambda: count(cfg, where))
-
-
 def table_plugin(
-    fmt: str,
-    place: tuple[str, Callable],
-    connection_config: Callable,
-    sink_module: str,
-    **declared: Any,
+    source: type, fmt: str, connection_config: Callable, sink_module: str, **declared: Any
 ) -> Plugin:
-    """The Plugin of a database: `declared` gives its type, doc, options, plan_source and the
-    like; its sink is planned by table_sink_planner and delivers exactly once."""
-    plan_sink = table_sink_planner(fmt, place, connection_config, sink_module)
-    return Plugin(plan_sink=plan_sink, delivery="exactly-once", **declared)
+    """The Plugin of a database: its source a toolkit TableSource (tablereader), its sink of
+    format `fmt` planned by table_sink_planner, delivering exactly once; `declared` gives its
+    type, doc, sink_options and aliases."""
+    aliases = declared.pop("aliases", ())
+    sink_options = declared.pop("sink_options")
+    plugin = plugin_of(Connector(source=source, **declared))
+    plan_sink = table_sink_planner(fmt, source.place, connection_config, sink_module)
+    return replace(
+        plugin,
+        sink_options=sink_options,
+        plan_sink=plan_sink,
+        delivery="exactly-once",
+        aliases=aliases,
+    )
 
 
 def table_sink_planner(

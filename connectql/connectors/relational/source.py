@@ -1,5 +1,5 @@
 """What every database table source shares (PostgreSQL, MySQL): its option declarations, their
-checks, and how they become a tablereader.TableConfig and a ReaderSpec."""
+checks, and how they become a tablereader.TableConfig."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from connectql.connectors import multitable
-from connectql.connectors.base import Found, ReaderSpec
 from connectql.connectors.options import Option
-from connectql.connectors.relational.bounds import check_bounds, endpoint
+from connectql.connectors.relational.bounds import check_bounds
 from connectql.errors import PlanError
-from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
 
 # batch.rows' defaults: a micro-batch costs 0.5-1 s of its own on 2 cores (planning, tasks,
 # the stream's commit) while a chunk's rows stream through Arrow batches, not held whole, so a
@@ -144,40 +142,6 @@ def config_fields(opts: dict[str, Any]) -> dict[str, Any]:
         "schema_change": opts["schema.change"],
         "tolerance": opts.get("errors.tolerance") or "none",
     }
-
-
-def reader_spec(
-    fmt: str, cfg, describe: Callable[[], list], where: str, count: Callable[[], int]
-) -> ReaderSpec:
-    """A ReaderSpec whose discovery (at CREATE) runs `describe()` -> [tablereader.Table] (one
-    per table) and checks that the ordering columns exist; `count()` gives the rows of a cdc
-    snapshot (progress)."""
-
-    def found() -> list[Found]:
-        out = []
-        for t in describe():
-            missing = [c for c in cfg.ordering if c not in {n for n, _d, _s in t.columns}]
-            if missing:
-                raise PlanError(f"{where}: {t.qualified} has no column {', '.join(missing)}")
-            table = t.name if cfg.patterns else None
-            out.append(Found(table, t.ddl(cfg.mode == "cdc"), t.key))
-        return out
-
-    snapshot = cfg.mode == "cdc" and cfg.snapshot == "initial"
-    tolerant = cfg.tolerance == "all"
-    return ReaderSpec(
-        fmt,
-        cfg.to_options(),
-        secret_options=("password",),
-        discover=found,
-        count_rows=count if snapshot else None,
-        endpoint=endpoint(cfg.connection),
-        # several tables carry dead letters under their own tag (multitable); one table in
-        # the toolkit's column
-        corrupt_column=DEAD_LETTER_COLUMN if tolerant and not cfg.patterns else None,
-        packs=not cfg.patterns,
-        several=bool(cfg.patterns),
-    )
 
 
 def count_sql(cfg, tables: list[str]) -> str:

@@ -1,37 +1,37 @@
-"""The Spark reader every database table source shares (PostgreSQL, MySQL): offsets, snapshot
+"""The toolkit source every database table source shares (PostgreSQL, MySQL): offsets, snapshot
 chunks, incremental polling, bulk copies and splitting into tasks, for one table or several
-(multitable: packed chunks; snapshots table after table, then one change log for all). A
-database subclass supplies its connection, its table description, its SQL dialect (polling.Db)
-and, for `cdc`, its change log (slot LSNs, binlog coordinates) through the `log_*` hooks."""
+(snapshots table after table, then one change log for all). It plans its own batches (a
+snapshot chunk, a change-log window). A database subclass supplies its options, connection,
+table discovery and description, its SQL dialect (polling.Db) and, for `cdc`, its change log
+(slot LSNs, binlog coordinates) through the `log_*` hooks."""
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from functools import cached_property
+from typing import Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from connectql.connectors.options import from_spark_options, to_spark_options
 from connectql.connectors.relational import polling
-from connectql.connectors.relational.changerows import (
-    UNREADABLE,
-    arrow_schema,
-    cannot_read,
-    dead_letters,
+from connectql.connectors.relational.bounds import endpoint
+from connectql.connectors.relational.changerows import UNREADABLE, cannot_read, dead_letter
+from connectql.connectors.relational.source import (
+    BATCH_ROWS,
+    SNAPSHOT_ROWS,
+    check_source_options,
+    config_fields,
+    table_place,
 )
-from connectql.connectors.relational.sink import META_COLUMNS
-from connectql.connectors.relational.source import BATCH_ROWS, SNAPSHOT_ROWS
-from connectql.errors import ConnectQLError, TableFailed
+from connectql.errors import ConnectQLError, PlanError, TableFailed
 from connectql.errortext import short_error
-from connectql.toolkit import packed
-from connectql.toolkit.envelope import DEAD_LETTER_COLUMN
-from connectql.toolkit.packed import DEAD_LETTERS, FAILED_OPTION
+from connectql.toolkit.envelope import META_COLUMNS
+from connectql.toolkit.source import DeadLetter, Source
+from connectql.toolkit.source import Table as StreamTable
 
 LAG_EVERY_S = 1.0  # how often reportLatestOffset asks the database how far behind it is
 LAG_ROWS_CAP = 1_000_000  # an incremental source's lag is counted up to this many rows
@@ -68,8 +68,8 @@ class Table:
 
 @dataclass(frozen=True)
 class TableConfig:
-    """A table source's settings as they travel through Spark's reader options; databases add
-    their own fields in a subclass."""
+    """A table source's settings, made from its options; databases add their own fields in a
+    subclass."""
 
     connection: dict
     schema: str  # PostgreSQL schema, MySQL database
@@ -93,15 +93,6 @@ class TableConfig:
         """These settings for one of the source's tables."""
         return self if table == self.table else replace(self, table=table, patterns=())
 
-    def to_options(self) -> dict[str, str]:
-        return to_spark_options(dict(self.__dict__))
-
-    @classmethod
-    def from_options(cls, options: dict[str, str]):
-        body = from_spark_options(options)
-        body["connector"] = options.get("connectql.connector", "")
-        return cls(**body)
-
     @property
     def ordering(self) -> list[str]:
         """Incremental mode's ordering columns: timestamp first, then the incrementing one."""
@@ -118,7 +109,9 @@ class Window:
 
 
 @dataclass(frozen=True)
-class Range(InputPartition):
+class Range:
+    """One task's work, a partition (as a dict: partition_of)."""
+
     kind: str  # 'rows' (a key or ordering range) or 'changes' (from the change log)
     after: list | None
     upto: list | None
@@ -128,10 +121,17 @@ class Range(InputPartition):
 
 
 @dataclass(frozen=True)
-class Group(InputPartition):
+class Group:
     """Several ranges read by one task, one after the other (small tables' snapshots)."""
 
     parts: tuple[Range, ...]
+
+
+def partition_of(value: dict) -> Range | Group:
+    """The Range or Group a partition's JSON value (asdict) holds."""
+    if "parts" in value:
+        return Group(tuple(Range(**p) for p in value["parts"]))
+    return Range(**value)
 
 
 # rows x columns of one multi-table snapshot batch at most: the batch is collected whole in the
@@ -145,7 +145,7 @@ def wide_batch_rows(batch_rows: int, columns: int) -> int:
     return max(1, min(batch_rows, BATCH_CELLS // max(1, columns)))
 
 
-class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class TableSource(Source):
     """Offsets: cdc {"after": last key read, LOG_KEY: change-log position, "phase":
     "snapshot"|"stream", "upto": the snapshot's last key} (keys as text lists or null), plus
     "table" (the table being snapshotted) and "parts" (the [table, after, upto] ranges the
@@ -153,42 +153,128 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     text list or null}, with several tables {"after": {table: ordering text list or null}};
     bulk {"run": n}."""
 
+    plans_batches = True
     config_class: type[TableConfig] = TableConfig
     LOG_KEY = "log"
     # what reading a value may raise when the value does not fit its Spark type (a database
     # adds its driver's data errors)
     UNREADABLE: tuple[type[Exception], ...] = UNREADABLE
+    #: the database's name in messages ("postgres source: ...")
+    database: ClassVar[str]
+    #: the option naming the tables' container, and split('c.t', default) -> (container, table)
+    place: ClassVar[tuple[str, Callable]]
 
-    def __init__(self, schema: StructType, options: dict[str, str]):
-        self.cfg = self.config_class.from_options(options)
-        # one table with errors.tolerance = 'all': its rows carry the toolkit's dead-letter
-        # column (null but in a dead letter), which no table has, so it is not read
-        self.out = arrow_schema(schema) if DEAD_LETTER_COLUMN in schema.fieldNames() else None
-        schema = StructType([f for f in schema.fields if f.name != DEAD_LETTER_COLUMN])
-        self.schema = schema  # several tables: packed.PACKED_DDL
-        parts = packed.option_schemas(options)
-        self.packed = parts is not None  # rows sent as packed.pack chunks
-        self.multi = self.packed and options.get(packed.ONE_OPTION) != "true"
-        if self.packed and not self.multi:  # one table, packed: keyed as an unpacked one is
-            parts = {self.cfg.table: parts[packed.ONE_KEY]}
-        self.schemas: dict[str | None, StructType] = parts or {self.cfg.table: schema}
-        self.tables: list[str | None] = list(self.schemas)
-        # several tables: those stopped by a value they cannot read (errors.tolerance = 'none',
-        # the catalog's tables_failed): not read any more
-        self.failed = frozenset(json.loads(options.get(FAILED_OPTION) or "[]"))
-        self._arrows: dict[str | None, pa.Schema] = {}  # several tables: each one's stream's
-        self.cdc = self.cfg.mode == "cdc"
-        self.available_now = False
-        self.target = None  # available-now: the log position where the run ends
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.once = False  # run = 'once': ends at the log position `target`
+        self.target = None
         self._polled_at = 0.0
         self._beat_at = time.monotonic()
         self._conn = None
         self._metas: dict[str | None, Table] = {}
-        self._planned: dict | None = None  # the end of the batch last planned
+        self._found: list[Table] | None = None  # what discovery found (CREATE)
         self._lag: int | None = None
         self._lag_at = 0.0
 
+    @property
+    def where(self) -> str:
+        return f"{self.database} source"
+
+    # ---------------------------------------------------------------- configuration
+    def settings(self) -> dict[str, Any]:
+        """The config_class fields from the options; a database adds its own."""
+        key, split = self.place
+        return {
+            "connection": self.connection_config(self.options),
+            **table_place(self.options, key, split, self.where),
+            **config_fields(self.options),
+            "connector": self.connector,
+        }
+
+    @cached_property
+    def cfg(self) -> TableConfig:
+        return self.config_class(**self.settings())
+
+    @cached_property
+    def schemas(self) -> dict[str | None, StructType]:
+        """Each table's stream schema (the one table's under its name, None for a query)."""
+        structs = {t: from_arrow_schema(s, True) for t, s in self.stream_schemas.items()}
+        if None in structs:
+            return {self.cfg.table: structs[None]}
+        return structs
+
+    @property
+    def tables_read(self) -> list[str | None]:
+        return list(self.schemas)
+
+    @property
+    def multi(self) -> bool:
+        return bool(self.cfg.patterns)
+
+    @property
+    def cdc(self) -> bool:
+        return self.cfg.mode == "cdc"
+
+    # ---------------------------------------------------------------- at CREATE
+    def check(self) -> None:
+        check_source_options(self.options, self.where)
+        self.cfg  # noqa: B018 (its table names are checked as it is made)
+
+    def _discovered(self) -> list[Table]:
+        """The tables read (one per pattern's match), asked of the database once, checking
+        that the ordering columns exist."""
+        if self._found is None:
+            found = self.discover(self.cfg, self.cdc, self.where)
+            for t in found:
+                names = {n for n, _d, _s in t.columns}
+                missing = [c for c in self.cfg.ordering if c not in names]
+                if missing:
+                    raise PlanError(
+                        f"{self.where}: {t.qualified} has no column {', '.join(missing)}"
+                    )
+            self._found = found
+        return self._found
+
+    def tables(self) -> list[StreamTable] | None:
+        if not self.multi:
+            return None
+        return [StreamTable(t.name, t.ddl(self.cdc), t.key) for t in self._discovered()]
+
+    def schema(self) -> str:
+        return self._discovered()[0].ddl(self.cdc)
+
+    def key(self) -> tuple[str, ...]:
+        return tuple(self._discovered()[0].key)
+
+    def total_records(self) -> int | None:
+        """A cdc snapshot's rows (progress)."""
+        if not (self.cdc and self.cfg.snapshot == "initial"):
+            return None
+        return self.count(self.cfg, self.where)
+
+    def endpoint(self) -> str | None:
+        return endpoint(self.cfg.connection)
+
+    def available_now(self) -> None:
+        self.once = True  # the run's end is fixed at its first latest_offset
+
     # ---------------------------------------------------------------- what a database supplies
+    @staticmethod
+    def connection_config(options: dict[str, Any]) -> dict:
+        """The connection settings of the options."""
+        raise NotImplementedError
+
+    @staticmethod
+    def discover(cfg, cdc: bool, where: str) -> list[Table]:
+        """At CREATE: the tables read (checking what cdc needs), a PlanError naming what is
+        wrong."""
+        raise NotImplementedError
+
+    @staticmethod
+    def count(cfg, where: str) -> int:
+        """The rows of the tables read (a snapshot's progress)."""
+        raise NotImplementedError
+
     def connect(self):
         raise NotImplementedError
 
@@ -217,10 +303,12 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def log_done(self, conn, position) -> None:
         """Every change up to `position` is processed (e.g. advance a replication slot)."""
 
-    def log_read(self, conn, part: Range) -> Iterator[tuple[str | None, pa.RecordBatch]]:
+    def log_read(
+        self, conn, part: Range
+    ) -> Iterator[tuple[str | None, pa.RecordBatch] | DeadLetter]:
         """(table, its change rows) of the captured tables' changes in the range; changes it
-        cannot read as (DEAD_LETTERS, changerows.dead_letters(...)) when `self.tolerant`,
-        else a ConnectQLError naming the table and the change's position."""
+        cannot read as DeadLetters when `self.tolerant`, else a ConnectQLError (cannot_read)
+        naming the table and the change's position."""
         raise NotImplementedError
 
     @property
@@ -241,7 +329,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def tolerant(self) -> bool:
         """A change or range that cannot be read goes to the dead-letter stream and the rest
         goes on (errors.tolerance = 'all'); else it fails the connector."""
-        return self.cfg.tolerance == "all" and (self.multi or self.out is not None)
+        return self.cfg.tolerance == "all"
 
     def log_snapshot(self, conn, table: str | None, part: Range) -> Iterator[pa.RecordBatch]:
         """cdc: a table without a key, read whole; a database that can should read it as it
@@ -284,50 +372,14 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         data = [f for f in self.schemas[table].fields if f.name not in META_COLUMNS]
         return polling.Source(self.relation(table), StructType(data))
 
-    def _shape(self, table: str | None, batch: pa.RecordBatch) -> pa.RecordBatch:
-        if self.packed:
-            key = table if self.multi else packed.ONE_KEY
-            return packed.pack(key, batch, self._arrow(table))
-        if self.out is None:
-            return batch
-        if table == DEAD_LETTERS:  # changerows.dead_letters: the records are in __source
-            return self._letters([json.loads(r) for r in batch.column("__source").to_pylist()])
-        letter = pa.nulls(batch.num_rows, pa.string())
-        return pa.RecordBatch.from_arrays([*batch.columns, letter], schema=self.out)
-
-    def _arrow(self, table: str) -> pa.Schema:
-        """A table's stream's Arrow schema (the dead letters': their __source alone)."""
-        if table == DEAD_LETTERS:  # changerows.dead_letters: the records are in __source
-            return pa.schema([("__source", pa.string())])
-        if table not in self._arrows:
-            self._arrows[table] = arrow_schema(self.schemas[table])
-        return self._arrows[table]
-
-    def _letters(self, records: list[dict]) -> pa.RecordBatch:
-        """One table's dead letters: rows with only the toolkit's dead-letter column, as the
-        several-table ones become dead-letter rows (runtime/deadletters.py)."""
-        n = len(records)
-        texts = [
-            json.dumps(
-                {
-                    "source_offset": json.dumps(r.get("offset"), sort_keys=True, default=str),
-                    "error_class": r.get("error_class"),
-                    "error_message": r.get("error_message"),
-                    "raw_record": _text(r.get("raw_record")),
-                }
-            )
-            for r in records
-        ]
-        arrays = [
-            pa.array(texts, pa.string()) if f.name == DEAD_LETTER_COLUMN else pa.nulls(n, f.type)
-            for f in self.out
-        ]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.out)
+    def _out(self, table: str | None, batch: pa.RecordBatch):
+        """What read yields of a table's rows: (table, rows) with several tables."""
+        return (table, batch) if self.multi else batch
 
     def _due(self) -> bool:
         """Poll the database at most every poll_ms (Spark asks many times a second)."""
         now = time.monotonic()
-        if not self.available_now and now - self._polled_at < self.cfg.poll_ms / 1000:
+        if not self.once and now - self._polled_at < self.cfg.poll_ms / 1000:
             return False
         self._polled_at = now
         return True
@@ -338,11 +390,11 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {**offset, "table": table} if self.multi else offset
 
     # ---------------------------------------------------------------- offsets
-    def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
+    def initial_offset(self) -> dict:
         if self.cfg.mode == "bulk":
             return {"run": 0}
         if not self.cdc:
-            return {"after": {t: None for t in self.tables} if self.multi else None}
+            return {"after": {t: None for t in self.tables_read} if self.multi else None}
         position = self.log_start(self._connection())
         if self.cfg.snapshot != "initial":
             return self._offset(None, position, "stream")
@@ -352,7 +404,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The offset before the snapshot of the first table from tables[index] with rows to
         read. Its snapshot ends at its largest key now: rows added later arrive as changes (a
         snapshot chasing inserts would never end)."""
-        for table in self.tables[index:]:
+        for table in self.tables_read[index:]:
             key = self.key_of(table)
             if not key:  # the whole table is one chunk
                 return self._offset(None, position, "snapshot", None, table)
@@ -361,29 +413,26 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return self._offset(None, position, "snapshot", upto, table)
         return self._offset(None, position, "stream")
 
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
-        self.available_now = True
-        if self.cdc:
-            self.target = self.log_now(self._connection())
+    def latest_offset(self, start: dict) -> dict:
+        """Where the next batch ends (`start`: none is due)."""
+        if self.once and self.cdc and self.target is None:
+            self.target = self.log_now(self._connection())  # where the run ends
+        return self._latest(start)
 
-    def latestOffset(self, start: dict, limit=None) -> dict:  # noqa: N802
-        self._planned = self._latest(start)
-        return self._planned
-
-    def reportLatestOffset(self) -> dict | None:  # noqa: N802
-        """{"lag": n, "unit": ...}: how far the source is behind the end of the batch last planned (the
-        engine shows n as the connector's lag), asked of the database at most every LAG_EVERY_S;
-        None where the source cannot say."""
+    def reported_latest(self, latest: dict) -> dict | None:
+        """{"lag": n, "unit": ...}: how far the source is behind `latest`, the end of the batch
+        last planned (the engine shows n as the connector's lag), asked of the database at most
+        every LAG_EVERY_S; None where the source cannot say."""
         now = time.monotonic()
-        if self._planned is not None and now - self._lag_at >= LAG_EVERY_S:
+        if now - self._lag_at >= LAG_EVERY_S:
             self._lag_at = now
             try:
-                self._lag = self._lag_after(self._planned)
+                self._lag = self._lag_after(latest)
             except Exception:  # advisory: a failed count must not fail the batch
                 self._lag = None
         if self._lag is None:
             return None
-        following = self.cdc and self._planned.get("phase") == "stream"
+        following = self.cdc and latest.get("phase") == "stream"
         return {"lag": self._lag, "unit": "bytes" if following else "rows"}
 
     def _lag_after(self, end: dict) -> int | None:
@@ -393,7 +442,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return None
         if self.cdc:
             return self.log_behind(self._connection(), end[self.LOG_KEY])
-        after = end["after"] if self.multi else {self.tables[0]: end["after"]}
+        after = end["after"] if self.multi else {self.tables_read[0]: end["after"]}
         ordering = self.cfg.ordering
         return sum(
             polling.rows_after(self._db(t), self._src(t), ordering, a, LAG_ROWS_CAP)
@@ -412,16 +461,17 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._next_changes(start)
 
     def _next_run(self, start: dict) -> dict:
-        if self.available_now:
+        if self.once:
             return {"run": 1} if start["run"] == 0 else start
         return {"run": start["run"] + 1} if self._due() else start
 
     def _next_poll(self, start: dict) -> dict:
         if not self.multi:
-            bound = self._bound(self.tables[0], start["after"])
+            bound = self._bound(self.tables_read[0], start["after"])
             return {"after": bound} if bound else start
         after = {
-            t: self._bound(t, start["after"].get(t)) or start["after"].get(t) for t in self.tables
+            t: self._bound(t, start["after"].get(t)) or start["after"].get(t)
+            for t in self.tables_read
         }
         return {"after": after} if after != start["after"] else start
 
@@ -431,7 +481,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return polling.chunk_end(db, src, ordering, after, self.cfg.batch_rows)[0]
 
     def _next_chunk(self, start: dict) -> dict:
-        table = start.get("table", self.tables[0])
+        table = start.get("table", self.tables_read[0])
         key, after, position = self.key_of(table), start["after"], start[self.LOG_KEY]
         if not key and after is None:  # no primary key: the whole table; [] marks it read
             return self._offset([], position, "snapshot", None, table)
@@ -439,7 +489,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         db, src = self._db(table), self._src(table)
         bound = key and polling.chunk_end(db, src, key, after, self.cfg.snapshot_rows, upto)[0]
         if not bound:
-            return self._snapshot_from(self.tables.index(table) + 1, position)
+            return self._snapshot_from(self.tables_read.index(table) + 1, position)
         return self._offset(bound, position, "snapshot", upto, table)
 
     def _next_tables(self, start: dict) -> dict:
@@ -469,7 +519,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if rows >= budget:  # the table may have more: the next batch's
                     break
                 budget -= rows
-            end = self._snapshot_from(self.tables.index(table) + 1, position)
+            end = self._snapshot_from(self.tables_read.index(table) + 1, position)
             if end["phase"] != "snapshot":
                 return {**end, "parts": parts}
             table, after, upto = end["table"], end["after"], end["upto"]
@@ -483,7 +533,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         window = self.log_scan(conn, begin, self.target)
         end = window.last_relevant
         if end is None and (window.full or self._heartbeat_due()):
-            end = window.last_commit or (None if self.available_now else self.log_now(conn))
+            end = window.last_commit or (None if self.once else self.log_now(conn))
         if end is None or self.log_order(end) <= self.log_order(begin):
             return start
         self._beat_at = time.monotonic()
@@ -496,15 +546,18 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.cdc and end.get("phase") == "stream":
             self.log_done(self._connection(), end[self.LOG_KEY])
 
-    def stop(self) -> None:
+    def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
 
     # ---------------------------------------------------------------- partitions and reads
-    def partitions(self, start: dict, end: dict) -> list[Range]:
+    def partitions(self, start: dict, end: dict) -> list[dict]:
+        return [asdict(p) for p in self._partitions(start, end)]
+
+    def _partitions(self, start: dict, end: dict) -> list[Range | Group]:
         if self.cfg.mode == "bulk":
             return (
-                [r for t in self.tables for r in self._whole_table(t)]
+                [r for t in self.tables_read for r in self._whole_table(t)]
                 if end["run"] > start["run"]
                 else []
             )
@@ -513,7 +566,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if "parts" in end:  # several tables' snapshot ranges
             return self._grouped(end["parts"], start[self.LOG_KEY])
         if start["phase"] == "snapshot":
-            table = start.get("table", self.tables[0])
+            table = start.get("table", self.tables_read[0])
             if (
                 start["after"] == []
                 or end["phase"] != "snapshot"
@@ -529,7 +582,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         return [Range("changes", None, None, begin, finish)]
 
-    def _grouped(self, parts: list, position) -> list[InputPartition]:
+    def _grouped(self, parts: list, position) -> list[Range | Group]:
         """The ranges of `parts` ([table, after, upto]) in at most tasks.max partitions."""
         ranges = [
             r
@@ -544,10 +597,10 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _polled(self, after, upto) -> list[Range]:
         ordering = self.cfg.ordering
         if not self.multi:
-            return self._split(self.tables[0], after, upto, ordering)
+            return self._split(self.tables_read[0], after, upto, ordering)
         return [
             r
-            for t in self.tables
+            for t in self.tables_read
             if upto.get(t) != after.get(t)
             for r in self._split(t, after.get(t), upto.get(t), ordering)
         ]
@@ -572,8 +625,10 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = polling.split(after, upto, self.cfg.tasks, low)
         return [Range("rows", a, b, position, table=table) for a, b in ranges]
 
-    def read(self, part: Range | Group) -> Iterator[pa.RecordBatch]:
-        conn = self.connect()
+    def read(self, partition: dict) -> Iterator[Any]:
+        """A partition's rows: record batches ((table, batch) pairs with several tables) and
+        DeadLetters."""
+        part, conn = partition_of(partition), self.connect()
         try:
             if not isinstance(part, Group) and part.table not in self.failed:
                 yield from self._read(conn, part)
@@ -583,12 +638,11 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finally:
             conn.close()
 
-    def _read(self, conn, part: Range, fast: bool = True) -> Iterator[pa.RecordBatch]:
+    def _read(self, conn, part: Range, fast: bool = True) -> Iterator[Any]:
         """One range's rows; not `fast`: on `conn`, not through connectorx, whose session and
         threads per read cost more than a small table's rows (a group of small tables)."""
         if part.kind == "changes":
-            for table, batch in self.log_read(conn, part):
-                yield self._shape(table, batch)
+            yield from self._changes_out(self.log_read(conn, part))
             return
         table = part.table
         db = self.dialect(conn, self.meta(conn, table))
@@ -604,11 +658,16 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for batch in rows:
                 if self.cdc:
                     batch = self.with_snapshot_columns(batch, table, part.log_from)
-                yield self._shape(table, batch)
+                yield self._out(table, batch)
         except self.UNREADABLE as e:
             yield self._unreadable_range(part, e)
 
-    def _unreadable_range(self, part: Range, e: Exception) -> pa.RecordBatch:
+    def _changes_out(self, changes: Iterator) -> Iterator[Any]:
+        """What read yields of log_read's (table, rows) pairs and DeadLetters."""
+        for change in changes:
+            yield change if isinstance(change, DeadLetter) else self._out(*change)
+
+    def _unreadable_range(self, part: Range, e: Exception) -> DeadLetter:
         """A range of a table's rows that cannot be read (a value its Spark type cannot hold):
         a dead letter naming the table and the range when `self.tolerant` (the table's other
         ranges and the other tables go on), else a ConnectQLError naming them."""
@@ -629,13 +688,4 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "error_class": type(e).__name__, "error_message": message,
             "raw_record": {"table": table, "after": part.after, "upto": part.upto},
         }  # fmt: skip
-        if not self.multi:  # its schema may have no __source (incremental, bulk)
-            return self._letters([record])
-        return self._shape(DEAD_LETTERS, dead_letters([record], self.schemas[table]))
-
-
-def _text(value) -> str | None:
-    """A dead letter's raw record as text: JSON unless it is text already."""
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
+        return dead_letter(record)

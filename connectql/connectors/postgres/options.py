@@ -1,0 +1,31 @@
+"""The `postgres` connector's options, source and sink."""
+
+from __future__ import annotations
+
+from connectql.connectors.options import Option
+from connectql.connectors.postgres.client import split_table
+from connectql.connectors.relational import plugin as shared
+
+CONNECTION = shared.connection_options(
+    5432,
+    Option("user", doc="role to connect as; absent: the operating-system user"),
+    shared.password_option("role"),
+    Option("database", required=True, doc="database to connect to"),
+    Option("schema", default="public", doc="schema of the table(s) when not qualified"),
+)
+# the option naming the tables' container, and how a qualified table name splits
+PLACE = ("schema", split_table)
+
+SINK_OPTIONS = shared.sink_option_set(CONNECTION, "schema.name")
+
+SOURCE_OPTIONS = shared.source_option_set(
+    CONNECTION,
+    "write-ahead log",
+    "cdc: advance the slot this often while no captured table changes, so a quiet table does"
+    " not hold back the server's WAL",
+    Option(
+        "slot.name",
+        doc="cdc: logical replication slot, created if absent (dropped by DROP CONNECTOR);"
+        " default connectql_<connector>",
+    ),
+)

@@ -17,6 +17,7 @@ from tests.toolkit_connectors import (
     Chunked,
     Counter,
     JsonDir,
+    Opened,
     Picky,
     Shelves,
     Sloppy,
@@ -169,6 +170,29 @@ def test_a_sink_is_told_the_lease_epoch_of_its_worker():
     told = StreamWriter(JsonDir({"path": "x"}), schema, {"connectql.epoch": "3"})
     assert told.sink.epoch == 3
     assert StreamWriter(JsonDir({"path": "x"}), schema, {}).sink.epoch is None
+
+
+def test_a_sink_is_opened_with_its_writer_epoch_name_and_the_types_its_source_declared(tmp_path):
+    schema = StructType.fromDDL("""id BIGINT COMMENT '{"postgres": "int8"}', text STRING""")
+    opened = tmp_path / "opened"
+    ids = {"connectql.writer": "w1", "connectql.connector": "out", "connectql.epoch": "2"}
+    StreamWriter(Opened({"path": "x", "opened": str(opened)}), schema, ids)
+    seen = [json.loads(line) for line in opened.read_text().splitlines()]
+    assert seen == [["w1", 2, "out", {"id": '{"postgres": "int8"}', "text": ""}]]
+
+
+def test_a_sink_is_opened_each_time_its_query_starts(spark, tmp_path):
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    opened = tmp_path / "opened"
+    run = SinkRun(Opened, {"path": str(tmp_path / "out"), "opened": str(opened)}, tmp_path, schema)
+    for start in (0, 3):
+        run.add([{"id": i, "text": f"r{i}"} for i in range(start, start + 3)])
+    run.batches(1)
+    first = len(opened.read_text().splitlines())
+    assert first >= 1  # Spark may make the writer more than once per start (open is idempotent)
+    run.to_end()  # the query starts again from its checkpoint
+    assert len(opened.read_text().splitlines()) > first
+    assert sorted(r["id"] for r in written(tmp_path / "out")) == list(range(6))
 
 
 def test_a_pace_needs_the_offset_key_that_counts_records():

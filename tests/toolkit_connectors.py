@@ -167,6 +167,19 @@ class JsonDir(Sink):
         temp.replace(target)
 
 
+class Opened(JsonDir):
+    """JsonDir that notes each open (writer, epoch, connector, each field's comment) as a JSON
+    line in the file `opened`."""
+
+    options = (*JsonDir.options, Option("opened", required=True, doc="a file: a line per open"))
+
+    def open(self, writer, schema):
+        comments = {f.name: (f.metadata or {}).get(b"comment", b"").decode() for f in schema}
+        seen = [writer, self.epoch, self.connector, comments]
+        with open(self.options["opened"], "a") as f:
+            f.write(json.dumps(seen) + "\n")
+
+
 class Chunked(Counter):
     """Counter whose micro-batches it cuts itself, `chunk` records each (plans_batches)."""
 

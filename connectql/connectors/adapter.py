@@ -127,7 +127,7 @@ def _tables(where: str, source) -> list[Found]:
 
 
 def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:
-    from connectql.toolkit.spark import arrow_schema, spark_options
+    from connectql.toolkit.spark import described_schema, spark_options
 
     where = f"{connector.type} sink"
     if opts.get("errors.tolerance") == "all" and not connector.sink.rejects:
@@ -141,7 +141,7 @@ def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:
         "connectql_toolkit",
         options,
         secret_options=_hidden(options),
-        check=lambda struct: _call(where, sink.check, arrow_schema(struct)),
+        check=lambda struct: _call(where, sink.check, described_schema(struct)),
         interval_ms=_call(where, sink.flush_interval_ms),
         endpoint=_call(where, sink.endpoint),
     )

@@ -7,7 +7,11 @@ toolkit builds the Spark stream writer around it (connectql/toolkit/spark.py).
 
 What is called when, and where:
 
-* On the driver, at CREATE and at every start: ``Sink(options)``, then ``check(schema)``.
+* On the driver, at CREATE: ``Sink(options)``, then ``check(schema)``.
+* On the driver, each time the query starts (after CREATE, RESUME, ALTER, a restart after a
+  failure or a schema's evolution), before its first batch: ``open(writer, schema)``, perhaps
+  more than once (Spark makes the writer for its commits and again for its tasks): make it
+  idempotent.
 * Per micro-batch, on the executors, one call per task: ``stage(writer, batch_id, task, data)``
   with that task's rows as a pyarrow Table; what it returns travels to the driver (pickled).
 * Then on the driver, once: ``last_batch(writer)``; when the batch is not yet there,
@@ -89,6 +93,9 @@ class Sink:
     #: the keys (as a staged sink's `commit` named them in Rejected) of this batch's rows
     #: already in the dead-letter stream: `commit` leaves them out (set by the toolkit)
     rejected: frozenset = frozenset()
+    #: the connector's name (set by the toolkit before open; "" at CREATE), e.g. to record
+    #: with the batch ids which connector wrote them
+    connector: str = ""
 
     def __init__(self, options: dict[str, Any]):
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""
@@ -100,8 +107,18 @@ class Sink:
         return None
 
     def check(self, schema: pa.Schema) -> None:
-        """Driver, at CREATE and each start, with the schema of the rows it will get: prepare
-        the target (e.g. create its table) or raise ValidationError naming what is wrong."""
+        """Driver, at CREATE, with the schema of the rows it will get: prepare the target
+        (e.g. create its table) or raise ValidationError naming what is wrong. A field whose
+        column has a DDL COMMENT carries it as metadata {b"comment": ...}: a database source
+        puts there the type it read the column as ('{"postgres": "uuid"}'), which a sink may
+        create the column as."""
+
+    def open(self, writer: str, schema: pa.Schema) -> None:
+        """Driver, each time the query starts, before its first batch, with the schema of the
+        rows (as check's; it may have gained columns since CREATE): ready the target for
+        `writer` (e.g. add the columns it lacks, create the row that records its batch ids and
+        claim it for this `epoch`, so that an older worker's batches are refused from now on).
+        Default: nothing."""
 
     def last_batch(self, writer: str) -> int | None:
         """Driver: the highest batch id `commit` recorded for `writer` in the target, or None."""

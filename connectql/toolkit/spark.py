@@ -91,6 +91,16 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
+def described_schema(schema: StructType) -> pa.Schema:
+    """arrow_schema, each field that has a DDL COMMENT (e.g. the type its source declared)
+    carrying it as metadata {b"comment": ...}: what a sink is shown in check and open."""
+    out = arrow_schema(schema)
+    notes = [(s.metadata or {}).get("comment") for s in schema.fields]
+    return pa.schema(
+        [f.with_metadata({"comment": n}) if n else f for f, n in zip(out, notes, strict=True)]
+    )
+
+
 def retried(source, call: Callable, *args):
     """call(*args), tried again with doubling waits while it raises Retryable."""
     wait = source.retry_backoff_ms / 1000
@@ -408,6 +418,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.deadletter = options.get("connectql.deadletter")
         epoch = options.get("connectql.epoch")
         sink.epoch = int(epoch) if epoch else None
+        sink.connector = options.get("connectql.connector") or ""
+        sink.open(self.writer, described_schema(schema))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         ctx = TaskContext.get()

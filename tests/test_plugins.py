@@ -258,3 +258,12 @@ def test_a_source_is_asked_what_it_reads_at_create_not_at_each_start(plugins, wo
     run(worker, "RESUME CONNECTOR k")
     wait_until(lambda: worker.catalog.get_connector("k").state == "RUNNING", what="k resumed")
     assert asked.read_text() == "schema\n"  # a start takes the stream's schema from the catalog
+    opened = tmp_path / "opened"
+    out = tmp_path / "out"
+    run(
+        worker,
+        f"CREATE SINK CONNECTOR o TO keyed FROM ks WITH (path = '{out}', opened = '{opened}')",
+    )
+    wait_until(lambda: len(written(out)) == 3, what="the sink's rows")
+    writer, _epoch, connector, key, _notes = json.loads(opened.read_text().splitlines()[0])
+    assert (connector, key) == ("o", ["id"]) and writer  # the stream's key, for upserts

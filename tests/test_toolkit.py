@@ -11,7 +11,7 @@ from pyspark.sql.types import StructType
 
 from connectql.errors import PermanentError
 from connectql.runtime.engine import field_lag, lag
-from connectql.toolkit.spark import Pacer, StreamWriter
+from connectql.toolkit.spark import STREAM_KEY_KEY, Pacer, StreamWriter
 from connectql.toolkit.testing import SinkRun, SourceRun
 from tests.toolkit_connectors import (
     Chunked,
@@ -176,9 +176,10 @@ def test_a_sink_is_opened_with_its_writer_epoch_name_and_the_types_its_source_de
     schema = StructType.fromDDL("""id BIGINT COMMENT '{"postgres": "int8"}', text STRING""")
     opened = tmp_path / "opened"
     ids = {"connectql.writer": "w1", "connectql.connector": "out", "connectql.epoch": "2"}
+    ids[STREAM_KEY_KEY] = '["id"]'
     StreamWriter(Opened({"path": "x", "opened": str(opened)}), schema, ids)
     seen = [json.loads(line) for line in opened.read_text().splitlines()]
-    assert seen == [["w1", 2, "out", {"id": '{"postgres": "int8"}', "text": ""}]]
+    assert seen == [["w1", 2, "out", ["id"], {"id": '{"postgres": "int8"}', "text": ""}]]
 
 
 def test_a_sink_is_opened_each_time_its_query_starts(spark, tmp_path):

@@ -168,14 +168,14 @@ class JsonDir(Sink):
 
 
 class Opened(JsonDir):
-    """JsonDir that notes each open (writer, epoch, connector, each field's comment) as a JSON
-    line in the file `opened`."""
+    """JsonDir that notes each open (writer, epoch, connector, its stream's key, each field's
+    comment) as a JSON line in the file `opened`."""
 
     options = (*JsonDir.options, Option("opened", required=True, doc="a file: a line per open"))
 
     def open(self, writer, schema):
         comments = {f.name: (f.metadata or {}).get(b"comment", b"").decode() for f in schema}
-        seen = [writer, self.epoch, self.connector, comments]
+        seen = [writer, self.epoch, self.connector, list(self.stream_key), comments]
         with open(self.options["opened"], "a") as f:
             f.write(json.dumps(seen) + "\n")
 
@@ -313,4 +313,4 @@ COUNTER = Connector("counter", "numbered test records", source=Counter, sink=Jso
 PICKY = Connector("picky", "JSON files without nines", sink=Picky)
 GROWING = Connector("growing", "numbered records that gain a column", source=Growing)
 SHELVES = Connector("shelves", "numbered test records in two tables", source=Shelves)
-KEYED = Connector("keyed", "numbered records with a key", source=Keyed)
+KEYED = Connector("keyed", "numbered records with a key", source=Keyed, sink=Opened)

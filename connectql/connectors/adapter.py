@@ -3,6 +3,7 @@ and writers on the toolkit's Spark data source."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from connectql.config import Option
@@ -30,7 +31,7 @@ def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
         source_options=_source_options(source) if source else None,
         sink_options=_options(SINK_COMMON, *sink.options) if sink else None,
         plan_source=(lambda opts: plan_source(connector, opts)) if source else None,
-        plan_sink=(lambda opts, stream=None: plan_sink(connector, _named(opts, stream)))
+        plan_sink=(lambda opts, stream=None: plan_sink(connector, _named(opts, stream), stream))
         if sink
         else None,
         delivery=sink.delivery if sink else "",
@@ -126,8 +127,9 @@ def _tables(where: str, source) -> list[Found]:
     return [Found(t.name, _call(where, ddl, t.schema), tuple(t.key)) for t in found]
 
 
-def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:
-    from connectql.toolkit.spark import described_schema, spark_options
+def plan_sink(connector: Connector, opts: dict[str, Any], stream=None) -> WriterSpec:
+    """The writer of a toolkit sink of `stream` (its catalog entry; None: not known yet)."""
+    from connectql.toolkit.spark import STREAM_KEY_KEY, described_schema, spark_options
 
     where = f"{connector.type} sink"
     if opts.get("errors.tolerance") == "all" and not connector.sink.rejects:
@@ -136,7 +138,9 @@ def plan_sink(connector: Connector, opts: dict[str, Any]) -> WriterSpec:
             " record it cannot write fails the batch whatever the option says"
         )
     sink = _call(where, connector.sink, opts)
+    sink.stream_key = tuple(stream.key_columns) if stream is not None else ()
     options = spark_options(connector.sink, opts, _secret(connector.sink.options))
+    options[STREAM_KEY_KEY] = json.dumps(list(sink.stream_key))
     return WriterSpec(
         "connectql_toolkit",
         options,

@@ -96,6 +96,10 @@ class Sink:
     #: the connector's name (set by the toolkit before open; "" at CREATE), e.g. to record
     #: with the batch ids which connector wrote them
     connector: str = ""
+    #: the columns that identify a row of the stream it reads (its source's key, e.g. a
+    #: table's primary key; () when the stream has none), set by the toolkit before check and
+    #: open: what an upsert or merge sink keys its target by unless told otherwise
+    stream_key: tuple[str, ...] = ()
 
     def __init__(self, options: dict[str, Any]):
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""

@@ -50,6 +50,7 @@ CLASS_KEY = "connectql.toolkit.class"
 CONFIG_KEY = "connectql.toolkit.config"
 SECRET_PREFIX = "connectql.toolkit.secret."  # Spark redacts keys holding 'secret'
 MAX_RECORDS_KEY = "connectql.toolkit.max.records"
+STREAM_KEY_KEY = "connectql.toolkit.stream.key"  # a sink's stream's key columns, JSON
 
 
 def spark_options(cls: type, options: dict[str, Any], secret: set[str]) -> dict[str, str]:
@@ -419,6 +420,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         epoch = options.get("connectql.epoch")
         sink.epoch = int(epoch) if epoch else None
         sink.connector = options.get("connectql.connector") or ""
+        sink.stream_key = tuple(json.loads(options.get(STREAM_KEY_KEY) or "[]"))
         sink.open(self.writer, described_schema(schema))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:

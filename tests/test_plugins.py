@@ -13,8 +13,11 @@ from connectql.config import validate
 from connectql.connectors import registry
 from connectql.errors import PlanError
 from connectql.planner.plan import _spec_text
+from connectql.runtime.ride import Ride
 from tests.helpers import run, wait_until
 from tests.toolkit_connectors import written
+
+EVENTS = "SELECT reason FROM connector_events WHERE connector = ? ORDER BY time"
 
 ENTRY_POINTS = """[connectql.connectors]
 counter = tests.toolkit_connectors:COUNTER
@@ -267,3 +270,22 @@ def test_a_source_is_asked_what_it_reads_at_create_not_at_each_start(plugins, wo
     wait_until(lambda: len(written(out)) == 3, what="the sink's rows")
     writer, _epoch, connector, key, _notes = json.loads(opened.read_text().splitlines()[0])
     assert (connector, key) == ("o", ["id"]) and writer  # the stream's key, for upserts
+
+
+@pytest.mark.spark
+def test_an_exactly_once_plugin_sink_rides_its_source_each_record_once(plugins, worker, tmp_path):
+    out, opened = tmp_path / "out", tmp_path / "opened"
+    run(
+        worker,
+        f"CREATE SOURCE CONNECTOR k FROM keyed INTO ks WITH (count = 400,"
+        f" 'batch.max.records' = 50, asked = '{tmp_path / 'asked'}');"
+        f" CREATE SINK CONNECTOR o TO keyed FROM ks WITH (path = '{out}', opened = '{opened}')",
+    )
+    assert isinstance(worker.engine.queries["o"], Ride)  # no Spark query of its own
+    wait_until(lambda: len(written(out)) >= 400, what="the sink's rows")
+    assert sorted(r["id"] for r in written(out)) == list(range(400))  # each record once
+    told = [r[0] for r in worker.catalog.query(EVENTS, ["o"])[1]]
+    assert "chained: writes the batches of its stream's source" in told, told
+    metrics = "SELECT sum(written_rows) FROM connector_metrics WHERE connector = 'o'"
+    assert wait_until(lambda: worker.catalog.query(metrics)[1][0][0] == 400, what="metrics")
+    assert worker.catalog.get_connector("o").state == "RUNNING"

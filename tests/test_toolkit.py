@@ -11,7 +11,8 @@ from pyspark.sql.types import StructType
 
 from connectql.errors import PermanentError
 from connectql.runtime.engine import field_lag, lag
-from connectql.toolkit.spark import STREAM_KEY_KEY, Pacer, StreamWriter
+from connectql.runtime.riders import TOOLKIT, make_rider
+from connectql.toolkit.spark import STREAM_KEY_KEY, Pacer, StreamWriter, spark_options
 from connectql.toolkit.testing import SinkRun, SourceRun
 from tests.toolkit_connectors import (
     Chunked,
@@ -194,6 +195,22 @@ def test_a_sink_is_opened_each_time_its_query_starts(spark, tmp_path):
     run.to_end()  # the query starts again from its checkpoint
     assert len(opened.read_text().splitlines()) > first
     assert sorted(r["id"] for r in written(tmp_path / "out")) == list(range(6))
+
+
+def test_a_toolkit_sink_riding_a_source_writes_a_replayed_ride_once(spark, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    options = {**spark_options(JsonDir, {"path": str(out)}, set()), "connectql.writer": "r1"}
+    rider = make_rider(TOOLKIT, options, StructType.fromDDL("id BIGINT, text STRING"))
+    rider.open("sink connector 'o'")
+    assert rider.committed() == -1
+    rows = pa.record_batch({"id": [1, 2], "text": ["a", "b"]})
+    staged = [rider.write(3, task, iter([rows])) for task in (0, 1)]  # two tasks' rows
+    assert [m.rows for m in staged] == [2, 2]
+    rider.commit(staged, 3)
+    rider.commit(staged, 3)  # the ride again, after a crash before its end was noted
+    assert rider.committed() == 3
+    assert sorted(r["id"] for r in written(out)) == [1, 1, 2, 2]
 
 
 def test_a_pace_needs_the_offset_key_that_counts_records():

@@ -29,6 +29,7 @@ from connectql.errors import PlanError
 from connectql.errortext import short_error
 from connectql.planner.plan import STREAM_FORMAT, STREAM_WRITER, Plan
 from connectql.runtime import deadletters, ride
+from connectql.runtime.riders import TOOLKIT, rider_spec
 from connectql.runtime.session import get_session
 from connectql.runtime.streamwriter import StreamWriter, writer_id
 from connectql.toolkit.packed import SCHEMAS_OPTION
@@ -261,9 +262,11 @@ class Engine:
     # ------------------------------------------------------------------ chained sinks
     def _ride(self, plan: Plan, feeder: str) -> bool:
         """Start the sink as a ride on the source of writer id `feeder`; False when it cannot
-        ride: not a database sink of one stream, or its own query has a batch to finish."""
-        spec = ride.target_class(plan.writer.format)
+        ride: not an exactly-once sink of one stream, or its own query has a batch to finish."""
+        spec = rider_spec(plan.writer)
         if spec is None or plan.reader.format != STREAM_FORMAT or not plan.reader.path:
+            return False
+        if spec == TOOLKIT and plan.interval_ms:  # a paced sink (its object size) keeps its pace
             return False
         if plan.run == "once" or ride.pending(plan.checkpoint):
             return False
@@ -369,7 +372,7 @@ class Engine:
 
     def _skip_ridden(self, df, plan: Plan):
         """A sink that rode reads no stream file a ride delivered (runtime/ride.py)."""
-        spec = ride.target_class(plan.writer.format)
+        spec = rider_spec(plan.writer)
         if spec is None or ride.ridelog.load(plan.checkpoint) is None:
             return df
         ids = self._writer_ids(plan, writer_id(plan.checkpoint))

@@ -1,9 +1,10 @@
-"""Chaining, issue 18's one-query plan: a database sink whose stream one running source feeds
-writes inside that source's micro-batches. Once the source's stream writer has committed a
-batch's files, a Spark job reads them and writes them with the sink's own Target in its tasks,
-and the driver commits them in the target under the source's batch id and a writer id of the
-pair's own (ridelog.rider_id), in the transaction that holds the rows: exactly once across a
-kill -9, as the sink's own query is. No second query polls the stream, plans a batch and
+"""Chaining, issue 18's one-query plan: an exactly-once sink (a database sink, or a toolkit
+sink that records its batch ids) whose stream one running source feeds writes inside that
+source's micro-batches. Once the source's stream writer has committed a batch's files, a Spark
+job reads them and writes them with the sink's own writer in its tasks (riders.py: a database
+sink's Target, a toolkit sink's stage_batches), and the driver commits them in the target under
+the source's batch id and a writer id of the pair's own (ridelog.rider_id), atomically with the
+rows: exactly once across a kill -9, as the sink's own query is. No second query polls the stream, plans a batch and
 re-reads logs: a change reaches the target about a second sooner (bench.onequery).
 
 A Ride stands in for the sink's streaming query (Engine.queries), so the worker and the
@@ -35,31 +36,9 @@ from connectql.catalog.streams import committed_files
 from connectql.runtime import deadletters, ridelog
 from connectql.runtime.retention import files_read, last_commit
 from connectql.runtime.ridelog import MERGED_PREFIX
+from connectql.runtime.riders import make_rider
 
 log = logging.getLogger("connectql.runtime")
-
-
-def target_class(fmt: str) -> str | None:
-    """The "module:Class" of the Target of a database sink format (None: not one)."""
-    from connectql.connectors.relational.datasource import TableDataSource
-    from connectql.runtime.session import python_data_sources
-
-    for ds in python_data_sources():
-        if issubclass(ds, TableDataSource) and ds.format == fmt:
-            return ds.target
-    return None
-
-
-def make_target(spec: str, options: dict[str, str], schema: StructType):
-    from connectql.connectors.registry import load
-    from connectql.connectors.relational.sink import SinkSettings
-
-    return load(spec)(SinkSettings.from_options(options), schema)
-
-
-def committed_in(target) -> int:
-    with target.session(autocommit=True) as conn:
-        return target.committed(conn)
 
 
 def pending(checkpoint: str) -> bool:
@@ -70,11 +49,11 @@ def pending(checkpoint: str) -> bool:
 
 
 def write_task(spec: str, options: dict, schema_json: str, batch_id: int, batches):
-    """In a Spark task: its rows written by the sink's Target; yields the commit message."""
+    """In a Spark task: its rows written by the sink's rider; yields the commit message."""
     from pyspark import TaskContext
 
-    target = make_target(spec, options, StructType.fromJson(json.loads(schema_json)))
-    message = target.write(batch_id, TaskContext.get().partitionId(), batches)
+    rider = make_rider(spec, options, StructType.fromJson(json.loads(schema_json)))
+    message = rider.write(batch_id, TaskContext.get().partitionId(), batches)
     yield pa.RecordBatch.from_pydict({"msg": [pickle.dumps(message)]})
 
 
@@ -87,12 +66,11 @@ class Ride:
         self.name = plan.connector
         self.runId = uuid.uuid4()  # noqa: N815 (StreamingQuery's name)
         self.stream = plan.reader.path
-        self.options = options  # the target's, with the rider's writer id
+        self.options = options  # the sink writer's, with the rider's writer id
         self.schema = engine.writer_schema(plan)  # what the target is given
-        self.target = make_target(spec, options, self.schema)
-        self.target.prepare(f"sink connector '{self.name}'")
-        self.target.ensure_progress_row()
-        self.done = committed_in(self.target)
+        self.rider = make_rider(spec, options, self.schema)
+        self.rider.open(f"sink connector '{self.name}'")
+        self.done = self.rider.committed()
         self.rides = ridelog.load(plan.checkpoint) or ridelog.Rides()
         self.rides.done[source] = self.done
         ridelog.save(plan.checkpoint, self.rides)
@@ -225,7 +203,7 @@ class Ride:
         try:
             inputs = sum(_rows(f) for f in files)
             messages = self._write(files, batch_id) if inputs else []
-            self.target.commit(messages, batch_id)
+            self.rider.commit(messages, batch_id)
         finally:
             self._busy = None
         self.done = self.rides.done[self.source] = batch_id
@@ -281,7 +259,7 @@ def own_query_filter(plan, spec: str, ids: dict[str, str], schema: StructType):
     sink = ids["connectql.writer"]
     for source in rides.done:
         rider = {**plan.writer.options, **ids, "connectql.writer": ridelog.rider_id(sink, source)}
-        rides.done[source] = committed_in(make_target(spec, rider, schema))
+        rides.done[source] = make_rider(spec, rider, schema).committed()
     ridelog.save(plan.checkpoint, rides)
     name = F.col("_metadata.file_name")
     pattern = ridelog.WRITTEN.pattern

@@ -402,10 +402,21 @@ def schema_text(schema: pa.Schema) -> str:
 
 
 class Staged(WriterCommitMessage):
-    """What one task's `stage` returned."""
+    """What one task's `stage` returned (and, when counted, how many rows it was given)."""
 
-    def __init__(self, value: Any):
+    def __init__(self, value: Any, rows: int | None = None):
         self.value = value
+        self.rows = rows
+
+
+def told(sink: Sink, options) -> Sink:
+    """`sink` told what the toolkit tells a sink before it opens it: its worker's lease epoch,
+    its connector's name and its stream's key."""
+    epoch = options.get("connectql.epoch")
+    sink.epoch = int(epoch) if epoch else None
+    sink.connector = options.get("connectql.connector") or ""
+    sink.stream_key = tuple(json.loads(options.get(STREAM_KEY_KEY) or "[]"))
+    return sink
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
@@ -417,11 +428,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.writer = options.get("connectql.writer") or "default"
         self.connector = options.get("connectql.connector") or type(sink).__name__
         self.deadletter = options.get("connectql.deadletter")
-        epoch = options.get("connectql.epoch")
-        sink.epoch = int(epoch) if epoch else None
-        sink.connector = options.get("connectql.connector") or ""
-        sink.stream_key = tuple(json.loads(options.get(STREAM_KEY_KEY) or "[]"))
-        sink.open(self.writer, described_schema(schema))
+        told(sink, options).open(self.writer, described_schema(schema))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         ctx = TaskContext.get()

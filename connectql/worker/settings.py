@@ -59,9 +59,9 @@ ENGINE_SETTINGS: dict[str, Option] = {
         CHAINING_KEY,
         "bool",
         True,
-        doc="a database sink whose stream one running source feeds writes inside that source's"
-        " micro-batches (one Spark query: a change reaches the target sooner); false: each"
-        " sink runs a query of its own",
+        doc="an exactly-once sink whose stream one running source feeds writes inside that"
+        " source's micro-batches (one Spark query: a change reaches the target sooner); false:"
+        " each sink runs a query of its own",
     )
 }
 WORKER_SETTINGS: dict[str, Option] = {**SUPERVISOR_SETTINGS, **STREAM_SETTINGS, **ENGINE_SETTINGS}

@@ -265,9 +265,11 @@ def test_a_source_is_asked_what_it_reads_at_create_not_at_each_start(plugins, wo
     out = tmp_path / "out"
     run(
         worker,
-        f"CREATE SINK CONNECTOR o TO keyed FROM ks WITH (path = '{out}', opened = '{opened}')",
+        f"CREATE SINK CONNECTOR o TO keyed FROM ks WITH (path = '{out}', opened = '{opened}',"
+        " skip = 'text')",
     )
     wait_until(lambda: len(written(out)) == 3, what="the sink's rows")
+    assert written(out)[0].keys() == {"id"}  # the column it never reads is not read at all
     writer, _epoch, connector, key, _notes = json.loads(opened.read_text().splitlines()[0])
     assert (connector, key) == ("o", ["id"]) and writer  # the stream's key, for upserts
 

@@ -171,7 +171,14 @@ class Opened(JsonDir):
     """JsonDir that notes each open (writer, epoch, connector, its stream's key, each field's
     comment) as a JSON line in the file `opened`."""
 
-    options = (*JsonDir.options, Option("opened", required=True, doc="a file: a line per open"))
+    options = (
+        *JsonDir.options,
+        Option("opened", required=True, doc="a file: a line per open"),
+        Option("skip", doc="a column it never reads"),
+    )
+
+    def unread_columns(self):
+        return [self.options["skip"]] if self.options.get("skip") else []
 
     def open(self, writer, schema):
         comments = {f.name: (f.metadata or {}).get(b"comment", b"").decode() for f in schema}

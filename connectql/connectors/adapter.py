@@ -146,6 +146,7 @@ def plan_sink(connector: Connector, opts: dict[str, Any], stream=None) -> Writer
         options,
         secret_options=_hidden(options),
         check=lambda struct: _call(where, sink.check, described_schema(struct)),
+        unused=tuple(_call(where, sink.unread_columns)),
         interval_ms=_call(where, sink.flush_interval_ms),
         endpoint=_call(where, sink.endpoint),
     )

@@ -117,6 +117,12 @@ class Sink:
         puts there the type it read the column as ('{"postgres": "uuid"}'), which a sink may
         create the column as."""
 
+    def unread_columns(self) -> Sequence[str]:
+        """Driver, at CREATE and each start: columns of the stream this sink never reads (e.g.
+        the change metadata an upsert does not write): Spark then does not read them from the
+        stream at all, and the sink's rows lack them. Default: none."""
+        return ()
+
     def open(self, writer: str, schema: pa.Schema) -> None:
         """Driver, each time the query starts, before its first batch, with the schema of the
         rows (as check's; it may have gained columns since CREATE): ready the target for

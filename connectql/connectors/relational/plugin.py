@@ -1,5 +1,6 @@
 """What a database connector's declaration shares (PostgreSQL, MySQL): its connection, source
-and sink options, and how a table source is planned; each database gives only what differs."""
+and sink options, and its Plugin (the toolkit source, the sink's planner); each database gives
+only what differs."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def table_sink_planner(
     fmt: str, place: tuple[str, Callable], connection_config: Callable, sink_module: str
 ) -> Callable[..., WriterSpec]:
     """The plan_sink of a table sink of format `fmt`: (options, stream) -> the WriterSpec into
-    the table its options name (`place` as for plan_table_source); `connection_config(opts)`
+    the table its options name (`place`: TableSource.place); `connection_config(opts)`
     gives the connection, and `sink_module`, imported only when a sink is planned, the
     `prepare_target` that readies the target at CREATE (sink.writer_spec)."""
 

@@ -3,7 +3,6 @@ toolkit sink, behind the four calls a ride makes (open, committed, write in a ta
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -16,16 +15,13 @@ def rider_spec(writer) -> str | None:
     """What writes the rides of a sink with WriterSpec `writer`: a database sink's Target
     ("module:Class"), TOOLKIT for an exactly-once toolkit sink; None: it cannot ride (a sink
     that cannot tell which batches it has written would write a ride's batch twice)."""
+    from connectql.connectors.registry import load
     from connectql.connectors.relational.datasource import TableDataSource
     from connectql.runtime.session import python_data_sources
     from connectql.toolkit.spark import CLASS_KEY, FORMAT
 
     if writer.format == FORMAT:
-        module, _, name = writer.options[CLASS_KEY].partition(":")
-        cls = importlib.import_module(module)
-        for part in name.split("."):
-            cls = getattr(cls, part)
-        return TOOLKIT if cls.delivery == "exactly-once" else None
+        return TOOLKIT if load(writer.options[CLASS_KEY]).delivery == "exactly-once" else None
     for ds in python_data_sources():
         if issubclass(ds, TableDataSource) and ds.format == writer.format:
             return ds.target

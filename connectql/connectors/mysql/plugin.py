@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from connectql.connectors.mysql.client import connection_config
 from connectql.connectors.mysql.datasource import FORMAT
 from connectql.connectors.mysql.options import SINK_OPTIONS
 from connectql.connectors.mysql.source import MysqlSource
@@ -11,7 +10,6 @@ from connectql.connectors.relational import plugin as shared
 PLUGIN = shared.table_plugin(
     MysqlSource,
     FORMAT,
-    connection_config,
     "connectql.connectors.mysql.sink",
     type="mysql",
     doc="MySQL/MariaDB tables: change-data capture (snapshot + binary log), incremental or bulk"

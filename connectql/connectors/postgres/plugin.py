@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from connectql.connectors.postgres.client import connection_config
 from connectql.connectors.postgres.datasource import FORMAT
 from connectql.connectors.postgres.options import SINK_OPTIONS
 from connectql.connectors.postgres.source import PostgresSource
@@ -11,7 +10,6 @@ from connectql.connectors.relational import plugin as shared
 PLUGIN = shared.table_plugin(
     PostgresSource,
     FORMAT,
-    connection_config,
     "connectql.connectors.postgres.sink",
     type="postgres",
     doc="PostgreSQL tables: change-data capture (snapshot + logical decoding), incremental or"

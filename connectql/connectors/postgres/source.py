@@ -79,8 +79,12 @@ class PostgresSource(TableSource):
     count = staticmethod(count)
 
     def settings(self) -> dict:
-        slot = self.options.get("slot.name") or default_slot(self.connector)
+        slot = self.slot_of(self.connector)
         return {**super().settings(), "slot": slot, "checkpoint": self.checkpoint}
+
+    def slot_of(self, connector: str) -> str:
+        """The replication slot (and publication) of the connector of that name."""
+        return self.options.get("slot.name") or default_slot(connector)
 
     def on_drop(self, connector: str) -> str | None:
         """DROP CONNECTOR of a cdc source drops its replication slot (it would pin WAL
@@ -88,7 +92,7 @@ class PostgresSource(TableSource):
         connector's own, if shorter)."""
         if self.options.get("mode", "cdc") != "cdc":
             return None
-        slot = self.options.get("slot.name") or default_slot(connector)
+        slot = self.slot_of(connector)
         with connect(drop_config(self.options), autocommit=True) as conn:
             dropped = [
                 f"{what} {slot}"

@@ -58,16 +58,14 @@ def sink_option_set(connection: dict[str, Option], qualified: str) -> dict[str, 
     return {**SINK_COMMON, **connection, **sink_options(qualified)}
 
 
-def table_plugin(
-    source: type, fmt: str, connection_config: Callable, sink_module: str, **declared: Any
-) -> Plugin:
+def table_plugin(source: type, fmt: str, sink_module: str, **declared: Any) -> Plugin:
     """The Plugin of a database: its source a toolkit TableSource (tablereader), its sink of
-    format `fmt` planned by table_sink_planner, delivering exactly once; `declared` gives its
-    type, doc, sink_options and aliases."""
+    format `fmt` planned by table_sink_planner (with the source's place and connection),
+    delivering exactly once; `declared` gives its type, doc, sink_options and aliases."""
     aliases = declared.pop("aliases", ())
     sink_options = declared.pop("sink_options")
     plugin = plugin_of(Connector(source=source, **declared))
-    plan_sink = table_sink_planner(fmt, source.place, connection_config, sink_module)
+    plan_sink = table_sink_planner(fmt, source.place, source.connection_config, sink_module)
     return replace(
         plugin,
         sink_options=sink_options,

@@ -94,9 +94,18 @@ def test_a_sink_rides_its_source_then_hands_over_to_a_query_of_its_own(worker, t
     assert got[1][0] == 3000
     out = connector(worker, "out")
     assert (out.state, out.last_error) == ("RUNNING", None)
-    metrics = worker.catalog.query(
-        "SELECT count(*), sum(written_rows) FROM connector_metrics WHERE connector = 'out'"
-    )[1][0]
+    # a ride's progress row is recorded just after its commit shows in the target
+    metrics = wait_until(
+        lambda: [
+            m
+            for m in worker.catalog.query(
+                "SELECT count(*), sum(written_rows) FROM connector_metrics WHERE connector = 'out'"
+            )[1]
+            if m[1] == 3000
+        ],
+        10,
+        what="the rides' progress rows",
+    )[0]
     assert metrics[0] > 1 and metrics[1] == 3000
     assert rows_total(worker, "out") == 3000
     # retention merges the files rides delivered: a merged file holds only those

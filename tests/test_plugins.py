@@ -28,12 +28,13 @@ shelves = tests.toolkit_connectors:SHELVES
 picky = tests.toolkit_connectors:PICKY
 growing = tests.toolkit_connectors:GROWING
 keyed = tests.toolkit_connectors:KEYED
+shelf = tests.toolkit_connectors:SHELF
 """
 
 
 @pytest.fixture
 def plugins(tmp_path):
-    """An installed package (its metadata on sys.path) that declares eight entry points."""
+    """An installed package (its metadata on sys.path) that declares nine entry points."""
     site = tmp_path / "site"
     meta = site / "fake_plugins-1.2.3.dist-info"
     meta.mkdir(parents=True)
@@ -291,3 +292,37 @@ def test_an_exactly_once_plugin_sink_rides_its_source_each_record_once(plugins, 
     metrics = "SELECT sum(written_rows) FROM connector_metrics WHERE connector = 'o'"
     assert wait_until(lambda: worker.catalog.query(metrics)[1][0][0] == 400, what="metrics")
     assert worker.catalog.get_connector("o").state == "RUNNING"
+
+
+@pytest.mark.spark
+def test_a_sink_of_several_streams_writes_each_as_a_sink_of_its_own(plugins, worker, tmp_path):
+    """streams = 'ks_*': one query, a sink per stream (its ${stream} filled in, its own writer
+    id and stream key), each round of calls wrapped by together()."""
+    asked, out, opened, rounds = (tmp_path / n for n in ("asked", "out", "opened", "rounds"))
+    run(
+        worker,
+        f"""CREATE SOURCE CONNECTOR ka FROM keyed INTO ks_a WITH (count = 5, asked = '{asked}');
+        CREATE SOURCE CONNECTOR kb FROM counter INTO ks_b WITH (count = 3);""",
+    )
+    wait_until(
+        lambda: all(worker.catalog.get_stream(s).schema for s in ("ks_a", "ks_b")),
+        what="both streams' schemas",
+    )
+    alike = f"streams = 'ks_*', path = '{out}', opened = '{opened}', rounds = '{rounds}'"
+    with pytest.raises(PlanError, match=r"streams ks_a and ks_b would be written alike: give"):
+        run(worker, f"CREATE SINK CONNECTOR x TO shelf WITH ({alike})")
+    assert "x" not in {c.name for c in worker.catalog.connectors()}
+    per_stream = alike.replace(f"path = '{out}'", f"path = '{out}/${{stream}}'")
+    run(worker, f"CREATE SINK CONNECTOR o TO shelf WITH ({per_stream})")
+    wait_until(
+        lambda: len(written(out / "ks_a")) == 5 and len(written(out / "ks_b")) == 3,
+        what="each stream's rows in its folder",
+        diagnose=lambda: worker.catalog.get_connector("o").last_error,
+    )
+    assert sorted(r["id"] for r in written(out / "ks_a")) == list(range(5))
+    assert sorted(r["id"] for r in written(out / "ks_b")) == list(range(3))
+    seen = [json.loads(line) for line in opened.read_text().splitlines()]
+    by_key = {tuple(key): writer for writer, _epoch, connector, key, _notes in seen}
+    assert set(by_key) == {("id",), ()} and by_key[("id",)] != by_key[()]
+    assert {connector for _w, _e, connector, _k, _n in seen} == {"o"}
+    assert {n for n, _pid in map(json.loads, rounds.read_text().splitlines())} == {2}

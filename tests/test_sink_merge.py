@@ -6,6 +6,7 @@ a key twice in the batch, a delete) the upsert's result is what lands."""
 from __future__ import annotations
 
 import uuid
+from types import SimpleNamespace
 
 import psycopg
 import pyarrow as pa
@@ -198,15 +199,14 @@ def test_a_value_an_update_left_unchanged_is_kept(target):
 def test_an_upsert_never_reads_the_change_columns_it_does_not_stage():
     """The engine drops WriterSpec.unused before the writer, so Spark prunes those columns
     from the stream's Parquet scan: an upsert stages __op and __pos only."""
-    from types import SimpleNamespace
+    from connectql.connectors.postgres.sink import PostgresSink
 
-    from connectql.connectors.relational.sink import writer_spec
-
-    opts = {"auto.create": True, "auto.evolve": True}
-    stream = SimpleNamespace(key_columns=("id",))
+    opts = {"table": "t", "schema": "s", "auto.create": True, "auto.evolve": True}
 
     def spec(**given):
-        return writer_spec("connectql_postgres", {**opts, **given}, stream, {}, ("s", "t"), None)
+        sink = PostgresSink({**opts, **given})
+        sink.stream_key = ("id",)
+        return SimpleNamespace(unused=tuple(sink.unread_columns()))
 
     assert spec().unused == ("__ts_ms", "__source")
     assert spec(mode="append").unused == ()

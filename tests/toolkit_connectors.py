@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from itertools import pairwise
@@ -316,8 +317,24 @@ class Keyed(Counter):
             yield {**record, "text": f"{self.connector} {os.path.isdir(self.checkpoint)}"}
 
 
+class Shelf(Opened):
+    """Opened that writes several streams (one query, `streams`); `together` notes each round
+    (how many sinks it wraps, in which process) as a line of the file `rounds`."""
+
+    options = (*Opened.options, Option("rounds", required=True, doc="a file: a line per round"))
+    several = True
+
+    @classmethod
+    @contextlib.contextmanager
+    def together(cls, sinks):
+        with open(sinks[0].options["rounds"], "a") as f:
+            f.write(json.dumps([len(sinks), os.getpid()]) + "\n")
+        yield
+
+
 COUNTER = Connector("counter", "numbered test records", source=Counter, sink=JsonDir)
 PICKY = Connector("picky", "JSON files without nines", sink=Picky)
 GROWING = Connector("growing", "numbered records that gain a column", source=Growing)
 SHELVES = Connector("shelves", "numbered test records in two tables", source=Shelves)
 KEYED = Connector("keyed", "numbered records with a key", source=Keyed, sink=Opened)
+SHELF = Connector("shelf", "JSON files, a folder per stream", sink=Shelf)

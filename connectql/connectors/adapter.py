@@ -29,7 +29,7 @@ def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
         type=connector.type,
         doc=connector.doc,
         source_options=_source_options(source) if source else None,
-        sink_options=_options(SINK_COMMON, *sink.options) if sink else None,
+        sink_options=_sink_options(sink) if sink else None,
         plan_source=(lambda opts: plan_source(connector, opts)) if source else None,
         plan_sink=(lambda opts, stream=None: plan_sink(connector, _named(opts, stream), stream))
         if sink
@@ -38,6 +38,20 @@ def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
         origin=origin,
         on_drop=lambda opts, name, kind: _dropped(connector, opts, name, kind),
     )
+
+
+STREAMS = Option(
+    "streams",
+    doc="several streams instead of FROM stream, each written as by a sink of its own: a comma"
+    " list and/or patterns ('shop_*'; * or % any text, ? one character), matched at CREATE;"
+    " in the other options ${stream} is the stream's name and ${table} the source table it"
+    " carries (e.g. table = 'out_${table}'); one query for them all",
+)
+
+
+def _sink_options(sink) -> dict[str, Option]:
+    """A sink's options: the common ones, streams (when it writes several), its own."""
+    return _options(SINK_COMMON, *((STREAMS,) if sink.several else ()), *sink.options)
 
 
 def _source_options(source) -> dict[str, Option]:

@@ -19,11 +19,10 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from connectql.catalog.streams import local_path, log_files
-from connectql.toolkit.packed import ROWS_COLUMN, ipc_bytes
+from connectql.toolkit.packed import ROWS_COLUMN, STREAM_COLUMN, ipc_bytes
 
 FORMAT = "connectql_streams"
 STREAMS_OPTION = "connectql.streams"  # JSON {stream name: its folder}, in reading order
-STREAM_COLUMN = "__stream"
 COUNT_COLUMN = "__count"  # the rows in ROWS_COLUMN (Spark counts a row group as one row)
 SCHEMA = StructType(
     [

@@ -1,5 +1,5 @@
-"""The plan of a sink of several streams (`streams = 'shop_*'`): which streams it reads, and the
-table each goes into (`table` with ${stream} / ${table})."""
+"""The plan of a sink of several streams (`streams = 'shop_*'`): which streams it reads, and
+each one's options (${stream} / ${table} filled in, e.g. the table it goes into)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.multitable import matching, patterns
-from connectql.connectors.relational.routed import ROUTES_OPTION, _each
 from connectql.connectors.streamsread import FORMAT, SCHEMA, STREAMS_OPTION
 from connectql.errors import PlanError
+from connectql.toolkit.routed import each, routed_options
 
 
 def chosen_streams(entry, options: dict[str, Any], ctx, where: str) -> list[str]:
@@ -32,43 +32,46 @@ def chosen_streams(entry, options: dict[str, Any], ctx, where: str) -> list[str]
     return matching(known, items, "the streams")
 
 
-def target_table(template: str, stream: str, table: str) -> str:
-    """The target table of one stream: `template` with ${stream} and ${table} filled in."""
-    return template.replace("${stream}", stream).replace("${table}", table)
+def filled(options: dict[str, Any], stream: str, table: str, secret: set[str]) -> dict[str, Any]:
+    """One stream's options: ${stream} and ${table} filled in in the text values (not secrets)."""
+    return {
+        k: v.replace("${stream}", stream).replace("${table}", table)
+        if isinstance(v, str) and k not in secret
+        else v
+        for k, v in options.items()
+    }
 
 
 def routed_specs(plugin, resolved: dict[str, Any], names: list[str], ctx, where: str):
     """(reader, writer) of a sink of several streams: one WriterSpec per stream, as a
     one-stream sink of it would have, packed into one writer that routes each stream's rows."""
-    specs = []
+    specs = plugin.options_for("sink")
+    secret = {k for k, o in specs.items() if o.secret}
+    specs_of, seen = [], {}
     for name in names:
         stream = ctx.streams.get(name)
         if stream is None or not stream.schema:
             raise PlanError(f"{where}: stream '{name}' does not exist any more (or has no schema)")
-        table = target_table(str(resolved["table"]), name, ctx.source_tables.get(name, name))
-        specs.append((stream, plugin.plan_sink({**resolved, "table": table}, stream)))
-    tables = [json.loads(w.options["config"])["table"] for _, w in specs]
-    twice = sorted({t for t in tables if tables.count(t) > 1})
-    if twice:
-        raise PlanError(
-            f"{where}: several streams would go into table {', '.join(twice)}: give table a"
-            " ${table} or ${stream} so that each stream has its own"
-        )
-    routes = [
-        {"stream": s.name, "config": w.options["config"], "schema": json.loads(s.schema_json)}
-        for s, w in specs
-    ]
-    first = specs[0][1]
-    options = {k: v for k, v in first.options.items() if k != "config"}
+        opts = filled(resolved, name, ctx.source_tables.get(name, name), secret)
+        same = seen.setdefault(json.dumps(opts, sort_keys=True, default=str), name)
+        if same != name:
+            named = [o.name for o in specs.values() if o.required and o.type == "string"]
+            raise PlanError(
+                f"{where}: streams {same} and {name} would be written alike: give"
+                f" {' or '.join(named) or 'an option'} a ${{table}} or ${{stream}} so that each"
+                " stream has its own"
+            )
+        specs_of.append((stream, plugin.plan_sink(opts, stream)))
     reader = ReaderSpec(
         FORMAT,
-        {STREAMS_OPTION: json.dumps({s.name: s.path for s, _ in specs})}
+        {STREAMS_OPTION: json.dumps({s.name: s.path for s, _ in specs_of})}
         | ({"tasks": str(resolved["tasks.max"])} if resolved.get("tasks.max") else {}),
         schema=", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in SCHEMA.fields),
     )
 
-    def check(_struct) -> None:  # each target as its one-stream sink would check it
-        _each(lambda sw: sw[1].check(StructType.fromJson(json.loads(sw[0].schema_json))), specs)
+    def check(_struct) -> None:  # each stream's as its one-stream sink would check it
+        each(lambda sw: sw[1].check(StructType.fromJson(json.loads(sw[0].schema_json))), specs_of)
 
-    writer = replace(first, options={**options, ROUTES_OPTION: json.dumps(routes)}, check=check)
-    return reader, replace(writer, unused=())
+    options = routed_options([(s.name, json.loads(s.schema_json), w.options) for s, w in specs_of])
+    first = specs_of[0][1]
+    return reader, replace(first, options=options, check=check, unused=())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -159,6 +160,8 @@ def rejected_rows(path: str | None, wid: str, batch_id: int) -> int:
     if not path:
         return 0
     name = deadletter_name(wid, batch_id)
-    folder = Path(path)  # a toolkit sink's later rounds: <name>-<round>
-    files = [*folder.glob(f"{name}.parquet"), *folder.glob(f"{name}-*.parquet")]
+    # a toolkit sink's later rounds: <name>-<round>; a sink of several streams: each stream's
+    # writer id (toolkit/routed.py) is `wid` and 8 hex digits
+    own = re.compile(re.escape(wid) + "([0-9a-f]{8})?" + re.escape(name[len(wid) :]) + r"(-\d+)?")
+    files = [f for f in Path(path).glob(f"{wid}*.parquet") if own.fullmatch(f.stem)]
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)

@@ -1,5 +1,5 @@
-"""What writes a chained sink's rides (ride.py): a database sink's Target, or any exactly-once
-toolkit sink, behind the four calls a ride makes (open, committed, write in a task, commit)."""
+"""What writes a chained sink's rides (ride.py): any exactly-once toolkit sink (the database
+sinks among them), behind the four calls a ride makes (open, committed, write in a task, commit)."""
 
 from __future__ import annotations
 
@@ -12,51 +12,21 @@ TOOLKIT = "toolkit"  # the spec of a toolkit sink's rider (its class is in the o
 
 
 def rider_spec(writer) -> str | None:
-    """What writes the rides of a sink with WriterSpec `writer`: a database sink's Target
-    ("module:Class"), TOOLKIT for an exactly-once toolkit sink; None: it cannot ride (a sink
-    that cannot tell which batches it has written would write a ride's batch twice)."""
+    """What writes the rides of a sink with WriterSpec `writer`: TOOLKIT for an exactly-once
+    toolkit sink of one stream; None: it cannot ride (a sink that cannot tell which batches it
+    has written would write a ride's batch twice; a sink of several streams reads them packed)."""
     from connectql.connectors.registry import load
-    from connectql.connectors.relational.datasource import TableDataSource
-    from connectql.runtime.session import python_data_sources
+    from connectql.toolkit.routed import ROUTES_KEY
     from connectql.toolkit.spark import CLASS_KEY, FORMAT
 
-    if writer.format == FORMAT:
-        return TOOLKIT if load(writer.options[CLASS_KEY]).delivery == "exactly-once" else None
-    for ds in python_data_sources():
-        if issubclass(ds, TableDataSource) and ds.format == writer.format:
-            return ds.target
-    return None
+    if writer.format != FORMAT or ROUTES_KEY in writer.options:
+        return None
+    return TOOLKIT if load(writer.options[CLASS_KEY]).delivery == "exactly-once" else None
 
 
 def make_rider(spec: str, options: dict[str, str], schema: StructType):
     """The rider of `spec` (rider_spec) writing for the writer id in `options`."""
-    if spec == TOOLKIT:
-        return ToolkitRider(options, schema)
-    from connectql.connectors.registry import load
-    from connectql.connectors.relational.sink import SinkSettings
-
-    return TargetRider(load(spec)(SinkSettings.from_options(options), schema))
-
-
-class TargetRider:
-    """A database sink's Target as a rider."""
-
-    def __init__(self, target):
-        self.target = target
-
-    def open(self, where: str) -> None:
-        self.target.prepare(where)
-        self.target.ensure_progress_row()
-
-    def committed(self) -> int:
-        with self.target.session(autocommit=True) as conn:
-            return self.target.committed(conn)
-
-    def write(self, batch_id: int, task: int, batches: Iterator[pa.RecordBatch]):
-        return self.target.write(batch_id, task, batches)
-
-    def commit(self, messages: list, batch_id: int) -> None:
-        self.target.commit(messages, batch_id)
+    return ToolkitRider(options, schema)
 
 
 class ToolkitRider:

@@ -71,12 +71,10 @@ def _stderr_to(output: tuple[Path, Callable[[], Iterable[str]]] | None):
 
 def python_data_sources():
     """Every Python data source class connectql registers with Spark."""
-    from connectql.connectors.mysql.datasource import MysqlDataSource
-    from connectql.connectors.postgres.datasource import PostgresDataSource
     from connectql.connectors.streamsread import StreamsDataSource
     from connectql.toolkit.spark import ToolkitDataSource
 
-    return [PostgresDataSource, MysqlDataSource, ToolkitDataSource, StreamsDataSource]
+    return [ToolkitDataSource, StreamsDataSource]
 
 
 def logging_settings(log_dir) -> dict[str, str]:

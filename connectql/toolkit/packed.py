@@ -13,6 +13,7 @@ from pyspark.sql.types import StructType
 from connectql.toolkit.envelope import SOURCE, TABLE_COLUMN
 
 ROWS_COLUMN = "__rows"  # a chunk of one table's rows as Arrow IPC
+STREAM_COLUMN = "__stream"  # several streams read by one query (a sink's): a chunk's stream
 # the reader option listing (JSON) each table's stream schema: [[table, Spark schema JSON], ...]
 SCHEMAS_OPTION = "connectql.tables.schemas"
 # the reader option listing (JSON) the tables stopped by a value they cannot read (catalog)

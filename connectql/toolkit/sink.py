@@ -45,11 +45,21 @@ records={key: row})``, having published nothing, with keys of its own that name 
 (e.g. ``(task, index)`` or a staged row's sequence number; JSON-able and hashable) and each
 row's values (a dict). The toolkit puts those rows in the dead-letter stream as above, sets
 ``rejected`` to every key named so far in this batch and calls ``commit`` again, which leaves
-those rows out; ``rejected`` is empty again for the next batch.
+those rows out; ``rejected`` is empty again for the next batch. A record's values may also be
+given as its JSON text (a str), which the dead-letter stream keeps as it is (e.g. a row as the
+target's database printed it, decimals exact).
+
+A sink with ``several = True`` may write several streams in one query (option ``streams =
+'a, shop_*'`` instead of FROM stream, Kafka Connect's ``topics.regex``): the toolkit makes one
+Sink per stream from the options with ``${stream}`` (the stream's name) and ``${table}`` (the
+source table it carries) filled in (e.g. ``table = 'out_${table}'``), each told its own stream's
+key and given a writer id of its own, so that each stream is written exactly once as by a sink
+of its own. ``together(sinks)`` wraps each round of calls to them in one process.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -60,13 +70,13 @@ from connectql.config import Option
 
 class Rejected(Exception):
     """Raised by `write`, having written nothing: `rows` maps rows of its `data` (index) that
-    the target refuses to why (a message or the exception). Raised by `commit`, having
+    the target refuses to why (a message, the exception, or (error class, message)). Raised by `commit`, having
     published nothing: `rows` maps the sink's own keys of the refused rows to why, and
-    `records` the same keys to the rows' values."""
+    `records` the same keys to the rows' values (a dict, or the row's JSON text)."""
 
     def __init__(
         self,
-        rows: dict[Any, str | BaseException],
+        rows: dict[Any, str | BaseException | tuple[str, str]],
         records: dict[Any, dict[str, Any]] | None = None,
     ):
         super().__init__(f"{len(rows)} rows rejected")
@@ -85,6 +95,8 @@ class Sink:
     delivery: ClassVar[str] = "exactly-once"
     #: whether `write` (or `commit`) may raise Rejected (errors.tolerance = 'all' is accepted)
     rejects: ClassVar[bool] = False
+    #: whether it may write several streams in one query (option streams; see above)
+    several: ClassVar[bool] = False
     #: the lease epoch of the worker that runs the sink (set by the toolkit on the driver; None
     #: without a lease): a standby that takes over has a higher one, and an exactly-once sink
     #: records it with the batch and refuses to write when the target holds a higher one for
@@ -104,6 +116,14 @@ class Sink:
     def __init__(self, options: dict[str, Any]):
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""
         self.options = dict(options)
+
+    @classmethod
+    def together(cls, sinks: Sequence[Sink]) -> contextlib.AbstractContextManager:
+        """Driver or executor, with several streams (`several`): around each round of calls to
+        their sinks in one process (their opens, one task's stage_batches, one batch's
+        commits), e.g. to lend them a few shared connections for the round instead of one
+        each. Default: nothing."""
+        return contextlib.nullcontext()
 
     def flush_interval_ms(self) -> int | None:
         """How often micro-batches start when `trigger.interval` is not set (None: as fast as

@@ -128,7 +128,11 @@ class ToolkitDataSource(DataSource):
     def streamReader(self, schema: StructType) -> StreamReader:
         return StreamReader(connector_of(self.options), schema, self.options)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool):  # noqa: N802 (Spark's name)
+        from connectql.toolkit.routed import ROUTES_KEY, RoutedWriter
+
+        if ROUTES_KEY in self.options:  # a sink of several streams
+            return RoutedWriter(self.options)
         return StreamWriter(connector_of(self.options), schema, self.options)
 
 
@@ -289,10 +293,17 @@ def _letter(letter: DeadLetter) -> dict:
     }
 
 
-def _why(error: str | BaseException) -> tuple[str, str]:
+def _why(error: str | BaseException | tuple[str, str]) -> tuple[str, str]:
     """(error class, one-line message) of a rejected row's reason."""
+    if isinstance(error, tuple):
+        return str(error[0]), " ".join(str(error[1]).split())
     kind = type(error).__name__ if isinstance(error, BaseException) else "REJECTED"
     return kind, " ".join(str(error).split())
+
+
+def _json(row) -> str:
+    """A rejected row's values as JSON text: a str is that text already (Rejected's records)."""
+    return row if isinstance(row, str) else json.dumps(row, default=str)
 
 
 def _shown(record) -> str:
@@ -433,8 +444,12 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         ctx = TaskContext.get()
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-        rows = pa.RecordBatchReader.from_batches(self.arrow_schema, iterator)
-        return Staged(self.sink.stage_batches(self.writer, batch_id, ctx.partitionId(), rows))
+        return self.stage(batch_id, ctx.partitionId(), iterator)
+
+    def stage(self, batch_id: int, task: int, batches: Iterator[pa.RecordBatch]) -> Staged:
+        """One task's rows of the batch through the sink's stage_batches."""
+        rows = pa.RecordBatchReader.from_batches(self.arrow_schema, batches)
+        return Staged(self.sink.stage_batches(self.writer, batch_id, task, rows))
 
     def commit(self, messages: list[Staged], batchId: int) -> None:  # noqa: N803 (Spark's name)
         done = self.sink.last_batch(self.writer)
@@ -531,7 +546,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         under a name of the batch and round (a replay finds it committed and adds none)."""
         from connectql.catalog.streams import append_table
 
-        rows = [(json.dumps(row, default=str), n, c, m) for row, n, c, m in rejected]
+        rows = [(_json(row), n, c, m) for row, n, c, m in rejected]
         name = deadletter_name(self.writer, batch_id) + (f"-{round_}" if round_ else "")
         append_table(self.deadletter, name, sink_dead_letters(self.connector, batch_id, rows))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from connectql.connectors.mysql.client import split_table
+from connectql.connectors.mysql.client import connection_config, split_table
 from connectql.connectors.options import Option
 from connectql.connectors.relational import plugin as shared
 
@@ -12,8 +12,16 @@ CONNECTION = shared.connection_options(
     shared.password_option("user"),
     Option("database", required=True, doc="database (schema) of the table(s)"),
 )
-# the option naming the tables' container, and how a qualified table name splits
-PLACE = ("database", split_table)
+
+
+class MysqlTables:
+    """What the mysql source and sink share: their name in messages, the option naming a
+    table's container and how a qualified table name splits, and the connection settings."""
+
+    database = "mysql"
+    place = ("database", split_table)
+    connection_config = staticmethod(connection_config)
+
 
 SINK_OPTIONS = shared.sink_option_set(CONNECTION, "database.name")
 

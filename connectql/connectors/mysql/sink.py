@@ -23,17 +23,17 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pymysql
-from pyspark.sql.types import BinaryType, StructType
+from pyspark.sql.types import BinaryType
 
 from connectql.connectors.mysql.client import connect, quote
+from connectql.connectors.mysql.options import SINK_OPTIONS, MysqlTables
 from connectql.connectors.mysql.sinktypes import arrow_to_tsv, created_type, mysql_type
 from connectql.connectors.relational.sink import (
     IDLE_IN_TRANSACTION_S,
     SEQ_COLUMN,
-    DbStreamWriter,
-    SinkSettings,
     Target,
 )
+from connectql.connectors.relational.tablesink import TableSink
 from connectql.errors import PlanError
 
 UNKNOWN_VARIABLE = 1193  # MySQL: no idle_transaction_timeout
@@ -228,11 +228,8 @@ def _json_value(v):
     return str(v)
 
 
-def prepare_target(s: SinkSettings, schema: StructType, where: str) -> dict[str, str]:
-    """Create the progress table and (auto.create) the target, or say what is wrong with it
-    (PlanError); returns the MySQL type of each column."""
-    return MysqlTarget(s, schema).prepare(where)
+class MysqlSink(MysqlTables, TableSink):
+    """MySQL/MariaDB tables as a toolkit sink."""
 
-
-class MysqlStreamWriter(DbStreamWriter):
-    TARGET = MysqlTarget
+    options = SINK_OPTIONS
+    target = MysqlTarget

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from connectql.connectors.mysql import binlog, keyless
-from connectql.connectors.mysql.client import connect, connection_config, qualified
+from connectql.connectors.mysql.client import connect, qualified
 from connectql.connectors.mysql.db import RAW, MyDb
 from connectql.connectors.mysql.discovery import count, discover
-from connectql.connectors.mysql.options import PLACE, SOURCE_OPTIONS
+from connectql.connectors.mysql.options import SOURCE_OPTIONS, MysqlTables
 from connectql.connectors.mysql.tables import columns_of, describe_source
 from connectql.connectors.relational import arrowread
 from connectql.connectors.relational import tablereader as tr
@@ -34,13 +34,10 @@ class ReaderConfig(tr.TableConfig):
         return qualified(self.schema, self.table)
 
 
-class MysqlSource(tr.TableSource):
+class MysqlSource(MysqlTables, tr.TableSource):
     options = SOURCE_OPTIONS
-    database = "mysql"
-    place = PLACE
     config_class = ReaderConfig
     LOG_KEY = "binlog"
-    connection_config = staticmethod(connection_config)
     discover = staticmethod(discover)
     count = staticmethod(count)
     _scanner: binlog.Scanner | None = None

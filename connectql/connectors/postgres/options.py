@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from connectql.connectors.options import Option
-from connectql.connectors.postgres.client import split_table
+from connectql.connectors.postgres.client import connection_config, split_table
 from connectql.connectors.relational import plugin as shared
 
 CONNECTION = shared.connection_options(
@@ -13,8 +13,16 @@ CONNECTION = shared.connection_options(
     Option("database", required=True, doc="database to connect to"),
     Option("schema", default="public", doc="schema of the table(s) when not qualified"),
 )
-# the option naming the tables' container, and how a qualified table name splits
-PLACE = ("schema", split_table)
+
+
+class PostgresTables:
+    """What the postgres source and sink share: their name in messages, the option naming a
+    table's container and how a qualified table name splits, and the connection settings."""
+
+    database = "postgres"
+    place = ("schema", split_table)
+    connection_config = staticmethod(connection_config)
+
 
 SINK_OPTIONS = shared.sink_option_set(CONNECTION, "schema.name")
 

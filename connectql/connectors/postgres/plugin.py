@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from connectql.connectors.postgres.datasource import FORMAT
-from connectql.connectors.postgres.options import SINK_OPTIONS
+from connectql.connectors.postgres.sink import PostgresSink
 from connectql.connectors.postgres.source import PostgresSource
 from connectql.connectors.relational import plugin as shared
 
 PLUGIN = shared.table_plugin(
     PostgresSource,
-    FORMAT,
-    "connectql.connectors.postgres.sink",
+    PostgresSink,
     type="postgres",
     doc="PostgreSQL tables: change-data capture (snapshot + logical decoding), incremental or"
     " bulk sources; exactly-once append or upsert sink",
-    sink_options=SINK_OPTIONS,
 )

@@ -13,18 +13,18 @@ from pgpq import ArrowToPostgresBinaryEncoder
 from pyspark.sql.types import StructType
 
 from connectql.connectors.postgres.client import connect
+from connectql.connectors.postgres.options import SINK_OPTIONS, PostgresTables
 from connectql.connectors.postgres.types import created_type, pg_type
 from connectql.connectors.relational.sink import (
     IDLE_IN_TRANSACTION_S,
     SEQ_COLUMN,
-    DbStreamWriter,
     Direct,
     NotInsertOnly,
-    SinkSettings,
     Target,
     change_order,
     target_columns,
 )
+from connectql.connectors.relational.tablesink import TableSink
 from connectql.errors import PlanError
 
 # what a target rejects row by row (constraint, type, length), as opposed to transient errors
@@ -304,11 +304,8 @@ class PgTarget(Target):
         return isinstance(e, REJECTED)
 
 
-def prepare_target(s: SinkSettings, schema: StructType, where: str) -> dict[str, str]:
-    """Create the progress table and (auto.create) the target, or say what is wrong with it
-    (PlanError); returns the PostgreSQL type of each column."""
-    return PgTarget(s, schema).prepare(where)
+class PostgresSink(PostgresTables, TableSink):
+    """PostgreSQL tables as a toolkit sink."""
 
-
-class PostgresStreamWriter(DbStreamWriter):
-    TARGET = PgTarget
+    options = SINK_OPTIONS
+    target = PgTarget

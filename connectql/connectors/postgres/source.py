@@ -15,7 +15,7 @@ import pyarrow as pa
 from connectql.connectors.postgres import cdc, walstream
 from connectql.connectors.postgres.client import connect, connection_config, qualified
 from connectql.connectors.postgres.db import PgDb
-from connectql.connectors.postgres.options import PLACE, SOURCE_OPTIONS
+from connectql.connectors.postgres.options import SOURCE_OPTIONS, PostgresTables
 from connectql.connectors.postgres.tables import count, describe_source, discover
 from connectql.connectors.relational import arrowread, polling
 from connectql.connectors.relational.bounds import BOUND_OPTIONS, Bounds
@@ -62,19 +62,16 @@ def drop_config(opts: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-class PostgresSource(TableSource):
+class PostgresSource(PostgresTables, TableSource):
     """cdc: while streaming, a walstream.Tailer holds the slot and spools changes; each batch's
     range is read from the spool ('spool' partitions). A run = 'once' source peeks the slot
     over SQL to its target instead ('changes' partitions)."""
 
     options = SOURCE_OPTIONS
-    database = "postgres"
-    place = PLACE
     config_class = ReaderConfig
     LOG_KEY = "lsn"
     UNREADABLE = (*TableSource.UNREADABLE, psycopg.errors.DataError)
     _tailer: walstream.Tailer | None = None
-    connection_config = staticmethod(connection_config)
     discover = staticmethod(discover)
     count = staticmethod(count)
 

@@ -1,4 +1,4 @@
-"""Connections lent in turn to the targets of a sink of several streams (routed.py): with a
+"""Connections lent in turn to the targets of a sink of several streams (TableSink.together): with a
 target per stream, each opening its own connections, 1,000 streams cost thousands of
 connections at every start and batch; a Lender keeps the few its threads need."""
 

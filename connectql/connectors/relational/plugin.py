@@ -1,20 +1,17 @@
 """What a database connector's declaration shares (PostgreSQL, MySQL): its connection, source
-and sink options, and its Plugin (the toolkit source, the sink's planner); each database gives
-only what differs."""
+and sink options, and its Plugin (the toolkit source and sink); each database gives only what
+differs."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from connectql.connectors.adapter import plugin_of
-from connectql.connectors.base import Plugin, WriterSpec
-from connectql.connectors.common import SINK_COMMON
+from connectql.connectors.base import Plugin
 from connectql.connectors.options import Option
 from connectql.connectors.relational.bounds import BOUND_OPTIONS
-from connectql.connectors.relational.sink import sink_options, writer_spec
+from connectql.connectors.relational.sink import sink_options
 from connectql.connectors.relational.source import source_options
 from connectql.toolkit.connector import Connector
 
@@ -53,40 +50,14 @@ def source_option_set(
     return [*connection.values(), *source_options(log).values(), *own, heartbeat]
 
 
-def sink_option_set(connection: dict[str, Option], qualified: str) -> dict[str, Option]:
-    """A table sink's options; `qualified` names a table with its container ('schema.name')."""
-    return {**SINK_COMMON, **connection, **sink_options(qualified)}
+def sink_option_set(connection: dict[str, Option], qualified: str) -> list[Option]:
+    """A table sink's own options (the common ones come with every toolkit sink); `qualified`
+    names a table with its container ('schema.name')."""
+    return [*connection.values(), *sink_options(qualified).values()]
 
 
-def table_plugin(source: type, fmt: str, sink_module: str, **declared: Any) -> Plugin:
-    """The Plugin of a database: its source a toolkit TableSource (tablereader), its sink of
-    format `fmt` planned by table_sink_planner (with the source's place and connection),
-    delivering exactly once; `declared` gives its type, doc, sink_options and aliases."""
+def table_plugin(source: type, sink: type, **declared: Any) -> Plugin:
+    """The Plugin of a database: its source a toolkit TableSource (tablereader), its sink a
+    toolkit TableSink (tablesink); `declared` gives its type, doc and aliases."""
     aliases = declared.pop("aliases", ())
-    sink_options = declared.pop("sink_options")
-    plugin = plugin_of(Connector(source=source, **declared))
-    plan_sink = table_sink_planner(fmt, source.place, source.connection_config, sink_module)
-    return replace(
-        plugin,
-        sink_options=sink_options,
-        plan_sink=plan_sink,
-        delivery="exactly-once",
-        aliases=aliases,
-    )
-
-
-def table_sink_planner(
-    fmt: str, place: tuple[str, Callable], connection_config: Callable, sink_module: str
-) -> Callable[..., WriterSpec]:
-    """The plan_sink of a table sink of format `fmt`: (options, stream) -> the WriterSpec into
-    the table its options name (`place`: TableSource.place); `connection_config(opts)`
-    gives the connection, and `sink_module`, imported only when a sink is planned, the
-    `prepare_target` that readies the target at CREATE (sink.writer_spec)."""
-
-    def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
-        prepare = importlib.import_module(sink_module).prepare_target
-        key, split = place
-        target = split(opts["table"], opts[key])
-        return writer_spec(fmt, opts, stream, connection_config(opts), target, prepare)
-
-    return plan_sink
+    return replace(plugin_of(Connector(source=source, sink=sink, **declared)), aliases=aliases)

@@ -1,36 +1,25 @@
 """What every database sink (PostgreSQL, MySQL) shares: its settings, which columns reach the
 target, staging-table names, the order that picks the last change per key, the progress table,
-the exactly-once write/commit protocol (`Target`, `DbStreamWriter`) and dead letters."""
+the exactly-once write/commit protocol (`Target`; tablesink.py makes it a toolkit Sink) and the
+rows a target rejects."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
-from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
 
-from connectql.catalog.streams import append_table
-from connectql.connectors.base import WriterSpec
-from connectql.connectors.options import Option, from_spark_options, to_spark_options
-from connectql.connectors.relational.bounds import check_bounds, endpoint
+from connectql.connectors.options import Option
 from connectql.connectors.relational.lending import Lender
 from connectql.errors import PlanError
-from connectql.toolkit.envelope import (  # noqa: F401
-    DEADLETTER_ARROW,
-    META_COLUMNS,
-    UNCHANGED,
-    deadletter_name,
-    sink_dead_letters,
-)
+from connectql.toolkit.envelope import META_COLUMNS, UNCHANGED
+from connectql.toolkit.sink import Rejected
 
 SEQ_COLUMN = "__cq_seq"  # a staged row's place in the batch: partition << 40 | row number
 PROGRESS_TABLE = "connectql_sink_progress"
@@ -41,7 +30,7 @@ IDLE_IN_TRANSACTION_S = 10
 
 @dataclass(frozen=True)
 class SinkSettings:
-    """A database sink's settings as they travel through Spark's writer options (strings)."""
+    """A database sink's settings (tablesink.TableSink makes them from its options)."""
 
     connection: dict[str, Any]
     schema: str
@@ -53,39 +42,8 @@ class SinkSettings:
     auto_evolve: bool = True
     writer_id: str = ""
     connector: str = ""
-    deadletter: str | None = None  # dead-letter stream path (errors.tolerance = 'all')
+    tolerant: bool = False  # errors.tolerance = 'all': rows the target rejects are set apart
     epoch: int = 0  # the worker's lease epoch: a batch from an older one is refused
-
-    def to_options(self) -> dict[str, str]:
-        body = {
-            "connection": self.connection,
-            "schema": self.schema,
-            "table": self.table,
-            "mode": self.mode,
-            "key": list(self.key),
-            "delete_enabled": self.delete_enabled,
-            "auto_create": self.auto_create,
-            "auto_evolve": self.auto_evolve,
-        }
-        return to_spark_options(body)
-
-    @classmethod
-    def from_options(cls, options: dict[str, str]) -> SinkSettings:
-        body = from_spark_options(options)
-        return cls(
-            connection=body["connection"],
-            schema=body["schema"],
-            table=body["table"],
-            mode=body["mode"],
-            key=tuple(body["key"]),
-            delete_enabled=body["delete_enabled"],
-            auto_create=body["auto_create"],
-            auto_evolve=body.get("auto_evolve", True),
-            writer_id=options.get("connectql.writer", ""),
-            connector=options.get("connectql.connector", ""),
-            deadletter=options.get("connectql.deadletter") or None,
-            epoch=int(options.get("connectql.epoch") or 0),
-        )
 
 
 def sink_mode(opts: dict[str, Any], stream_key: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
@@ -109,14 +67,8 @@ def sink_options(qualified: str) -> dict[str, Option]:
             Option(
                 "table",
                 required=True,
-                doc=f"target table, 'name' or '{qualified}'; with streams, each stream's:"
-                " ${table} is the source table the stream carries, ${stream} its name",
-            ),
-            Option(
-                "streams",
-                doc="several streams instead of FROM stream, each into its own table (see"
-                " table): a comma list and/or patterns ('shop_*'; * or % any text, ? one"
-                " character), matched at CREATE; one query, each stream exactly once",
+                doc=f"target table, 'name' or '{qualified}'; with streams, each stream's"
+                " (e.g. 'out_${table}')",
             ),
             Option(
                 "mode",
@@ -151,38 +103,6 @@ def sink_options(qualified: str) -> dict[str, Option]:
             ),
         ]
     }
-
-
-def writer_spec(fmt: str, opts: dict[str, Any], stream, connection, place, prepare) -> WriterSpec:
-    """The WriterSpec of a database sink into `place` = (schema or database, table); at CREATE
-    `prepare(settings, struct, where)` readies the target or names what is wrong."""
-    where = f"{fmt.removeprefix('connectql_')} sink into {place[0]}.{place[1]}"
-    check_bounds(opts, where)
-    mode, key = sink_mode(opts, stream.key_columns if stream else ())
-    delete = opts.get("delete.enabled")
-    if delete and mode == "append":
-        raise PlanError(
-            "delete.enabled = true needs mode = 'upsert': mode = 'append' inserts every row,"
-            " a delete (__op = 'd') too, since it has no key to delete by"
-        )
-    s = SinkSettings(
-        connection=connection,
-        schema=place[0],
-        table=place[1],
-        mode=mode,
-        key=key,
-        delete_enabled=(mode == "upsert") if delete is None else bool(delete),
-        auto_create=opts["auto.create"],
-        auto_evolve=opts["auto.evolve"],
-    )
-    return WriterSpec(
-        fmt,
-        s.to_options(),
-        secret_options=("password",),
-        check=lambda struct: prepare(s, struct, where),
-        unused=unread_columns(mode),
-        endpoint=endpoint(connection),
-    )
 
 
 def target_columns(names: list[str], mode: str) -> list[str]:
@@ -286,13 +206,6 @@ def isolate(
     return rejected
 
 
-def dead_letters(s: SinkSettings, batch_id: int, rejected, describe) -> pa.Table:
-    """Rows of the dead-letter stream for a batch's rejected rows; describe(error) gives its
-    (class, one-line message)."""
-    rows = [(raw, seq, *describe(e)) for raw, seq, e in rejected]
-    return sink_dead_letters(s.connector, batch_id, rows)
-
-
 @dataclass(frozen=True)
 class Direct:
     """A task's rows written straight into the target (Target.write): the transaction that
@@ -304,7 +217,9 @@ class Direct:
 
 
 @dataclass
-class Staged(WriterCommitMessage):
+class Staged:
+    """What a task's write gives the commit (pickled)."""
+
     table: str | None  # None: nothing staged (a replay, or rows written directly)
     rows: int
     ops: tuple[str, ...] = ()  # the distinct __op values among the rows (none: no __op column)
@@ -377,6 +292,7 @@ class Target:
         self.schema = schema
         self.names = staged_columns(schema.fieldNames(), s.mode)
         self.lender: Lender | None = None  # a sink of several streams: its targets' connections
+        self.left_out: frozenset[int] = frozenset()  # seqs of rows rejected in an earlier round
 
     # -- the dialect ------------------------------------------------------------------
     def connect(self, autocommit: bool):  # a connection usable as a context manager
@@ -674,9 +590,13 @@ class Target:
                 self.drop(conn, stages)
             self.drop_stale(conn, batch_id)
 
-    def abort(self, messages: list[Staged | None]) -> None:
+    def abort(self, messages: list[Staged | None], batch_id: int | None = None) -> None:
+        """Drop what the tasks staged; when batch `batch_id` is a replay of one committed,
+        also the staging tables a crash left behind (as its commit would have)."""
         with self.session(autocommit=True) as conn:
             self.drop(conn, staged_tables(messages))
+            if batch_id is not None and self.committed(conn) >= batch_id:
+                self.drop_stale(conn, batch_id)
 
     def drop(self, conn, stages: list[str]) -> None:
         for name in stages:
@@ -697,8 +617,13 @@ class Target:
         self.drop(conn, stale)
 
     def union(self, stages: list[str]) -> str:
+        """The staged rows of the batch, less those left out (rejected in an earlier round)."""
         listed = self.staged_select()
-        return " UNION ALL ".join(f"SELECT {listed} FROM {self.table(t)}" for t in stages)
+        out = sorted(self.left_out)
+        where = (
+            f" WHERE {self.quote(SEQ_COLUMN)} NOT IN ({', '.join(map(str, out))})" if out else ""
+        )
+        return " UNION ALL ".join(f"SELECT {listed} FROM {self.table(t)}{where}" for t in stages)
 
     def staged_select(self) -> str:
         """What the merge selects from a staging table: its columns as the target takes them
@@ -706,21 +631,22 @@ class Target:
         return "*"
 
     def apply(self, conn, stages: list[str], batch_id: int, fresh: bool = False) -> None:
-        """Merge the batch (`fresh`: only reads and inserts, so try a plain insert first); with a
-        dead-letter stream, rows the target rejects go there (in the same commit, before the
-        batch counts as done) and the others are written."""
+        """Merge the batch (`fresh`: only reads and inserts, so try a plain insert first); when
+        `tolerant`, rows the target rejects are found one by one and raised as Rejected (keyed
+        by their seq, the batch rolled back) for the toolkit to set apart and commit again
+        without them (left_out)."""
         source = self.union(stages)
         try:
             with self.savepoint(conn):  # a rejected batch leaves nothing behind
                 self.merge(conn, source, fresh)
         except Exception as e:
-            if not (self.s.deadletter and self.rejects(e)):
+            if not (self.s.tolerant and self.rejects(e)):
                 raise
             rejected = self.isolate(conn, source)
-            name = deadletter_name(self.s.writer_id, batch_id)
-            append_table(
-                self.s.deadletter, name, dead_letters(self.s, batch_id, rejected, self.describe)
-            )
+            raise Rejected(
+                {seq: self.describe(err) for _raw, seq, err in rejected},
+                {seq: raw for raw, seq, _err in rejected},
+            ) from None
 
     def isolate(self, conn, source: str) -> list[tuple[str, int, Exception]]:
         """Number the batch's rows in change order, then write them range by range (isolate)."""
@@ -840,25 +766,3 @@ def _stage_batch(table: str, prefix: str) -> int:
         return int(table[len(prefix) :].split("_")[0])
     except ValueError:
         return -1
-
-
-class DbStreamWriter(DataSourceStreamArrowWriter):
-    """The Spark writer of a database sink: `TARGET` (a Target subclass) does the work."""
-
-    TARGET: type[Target]
-
-    def __init__(self, schema: StructType, options: dict[str, str]):
-        self.target = self.TARGET(SinkSettings.from_options(options), schema)
-        self.target.prepare(f"sink connector '{self.target.s.connector}'")
-        self.target.ensure_progress_row()
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
-        ctx = TaskContext.get()
-        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-        return self.target.write(batch_id, ctx.partitionId(), iterator)
-
-    def commit(self, messages: list[Staged], batch_id: int) -> None:
-        self.target.commit(messages, batch_id)
-
-    def abort(self, messages: list[Staged], batch_id: int) -> None:
-        self.target.abort(messages)

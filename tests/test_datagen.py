@@ -23,13 +23,8 @@ from connectql.connectors.datagen import (
     schema_ddl,
 )
 from connectql.errors import ValidationError
-from connectql.toolkit.spark import (
-    FORMAT,
-    MAX_RECORDS_KEY,
-    StreamReader,
-    ToolkitDataSource,
-    spark_options,
-)
+from connectql.toolkit.datasource import ToolkitDataSource
+from connectql.toolkit.spark import FORMAT, MAX_RECORDS_KEY, StreamReader, spark_options
 
 TS = 1_700_000_000_000
 ALL_TYPES = (

@@ -72,7 +72,7 @@ def _stderr_to(output: tuple[Path, Callable[[], Iterable[str]]] | None):
 def python_data_sources():
     """Every Python data source class connectql registers with Spark."""
     from connectql.connectors.streamsread import StreamsDataSource
-    from connectql.toolkit.spark import ToolkitDataSource
+    from connectql.toolkit.datasource import ToolkitDataSource
 
     return [ToolkitDataSource, StreamsDataSource]
 

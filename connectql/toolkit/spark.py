@@ -16,7 +16,6 @@ from typing import Any
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
@@ -113,27 +112,6 @@ def retried(source, call: Callable, *args):
                 raise
             time.sleep(wait)
             wait = min(wait * 2, 30.0)
-
-
-class ToolkitDataSource(DataSource):
-    """`spark.readStream.format("connectql_toolkit")` / `writeStream.format(...)`."""
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def schema(self) -> str:
-        return ddl(connector_of(self.options).schema())
-
-    def streamReader(self, schema: StructType) -> StreamReader:
-        return StreamReader(connector_of(self.options), schema, self.options)
-
-    def streamWriter(self, schema: StructType, overwrite: bool):  # noqa: N802 (Spark's name)
-        from connectql.toolkit.routed import ROUTES_KEY, RoutedWriter
-
-        if ROUTES_KEY in self.options:  # a sink of several streams
-            return RoutedWriter(self.options)
-        return StreamWriter(connector_of(self.options), schema, self.options)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

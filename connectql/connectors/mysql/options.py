@@ -14,14 +14,8 @@ CONNECTION = shared.connection_options(
 )
 
 
-class MysqlTables:
-    """What the mysql source and sink share: their name in messages, the option naming a
-    table's container and how a qualified table name splits, and the connection settings."""
-
-    database = "mysql"
-    place = ("database", split_table)
-    connection_config = staticmethod(connection_config)
-
+# what its source and sink share: their name, where a table is, the connection settings
+MysqlTables = shared.tables("mysql", ("database", split_table), connection_config)
 
 SINK_OPTIONS = shared.sink_option_set(CONNECTION, "database.name")
 

@@ -15,14 +15,8 @@ CONNECTION = shared.connection_options(
 )
 
 
-class PostgresTables:
-    """What the postgres source and sink share: their name in messages, the option naming a
-    table's container and how a qualified table name splits, and the connection settings."""
-
-    database = "postgres"
-    place = ("schema", split_table)
-    connection_config = staticmethod(connection_config)
-
+# what its source and sink share: their name, where a table is, the connection settings
+PostgresTables = shared.tables("postgres", ("schema", split_table), connection_config)
 
 SINK_OPTIONS = shared.sink_option_set(CONNECTION, "schema.name")
 

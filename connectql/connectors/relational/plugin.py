@@ -4,6 +4,7 @@ differs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -48,6 +49,18 @@ def source_option_set(
     options and its heartbeat."""
     heartbeat = Option("heartbeat.interval.ms", "int", 30000, doc=heartbeat_doc)
     return [*connection.values(), *source_options(log).values(), *own, heartbeat]
+
+
+def tables(database: str, place: tuple[str, Callable], connection_config: Callable) -> type:
+    """The base class that gives a database's TableSource and TableSink what they share: its
+    `database` name (in messages), `place` (the option naming a table's container, and
+    split('c.t', default) -> (container, table)) and `connection_config(options)`."""
+    attrs = {"database": database, "place": place}
+    return type(
+        f"{database.title()}Tables",
+        (),
+        {**attrs, "connection_config": staticmethod(connection_config)},
+    )
 
 
 def sink_option_set(connection: dict[str, Option], qualified: str) -> list[Option]:

@@ -11,6 +11,9 @@ JSON in all (id BIGINT, name STRING, v DOUBLE, ts TIMESTAMP). Each repetition:
   download); checked by value: N rows, N distinct ids.
 - yardstick: pyarrow lists the objects, reads each through a gzip stream with pyarrow.json
   (explicit schema) and writes it as Parquet to a local directory; checked: N rows.
+- with --file, the `file` connector too (Spark's own JVM file source, not a toolkit source) on a
+  local copy of the same objects, timed and checked as the s3 source: whether a toolkit source
+  over pyarrow (the s3 source, here through SeaweedFS on loopback) reads slower than it.
 A warm-up of the connectql path runs first (a session's first job is slower, NOTES.md).
 Figures are medians over --repeat repetitions; the machine's load moves them a lot.
 """
@@ -90,6 +93,40 @@ def connectql_run(server, prefix: str, total: int) -> float:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def file_run(folder: Path, total: int) -> float:
+    """The `file` connector (Spark's json reader) on a local folder of the same objects."""
+    from connectql.worker.worker import Worker
+
+    home = Path(tempfile.mkdtemp(prefix="cq-bench-file-"))
+    worker = Worker(home)
+    try:
+        started = time.perf_counter()
+        list(
+            worker.run_script(
+                f"CREATE SOURCE CONNECTOR landing FROM file INTO events WITH (path = '{folder}',"
+                " format = 'json', run = 'once',"
+                " schema = 'id BIGINT, name STRING, v DOUBLE, ts TIMESTAMP')"
+            )
+        )
+        worker.wait_for_once()
+        took = time.perf_counter() - started
+        check(home / "streams/events", total)
+        return took
+    finally:
+        worker.close(stop_spark=False)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def local_copy(fs, prefix: str) -> Path:
+    """The objects under prefix, copied into a local folder."""
+    folder = Path(tempfile.mkdtemp(prefix="cq-bench-file-in-"))
+    selector = pafs.FileSelector(f"{BUCKET}/{prefix}", recursive=True)
+    for info in fs.get_file_info(selector):
+        with fs.open_input_stream(info.path, compression=None) as src:
+            (folder / Path(info.path).name).write_bytes(src.read())
+    return folder
+
+
 def check(stream: Path, total: int) -> None:
     import duckdb
 
@@ -129,6 +166,7 @@ def main() -> None:
     args.add_argument("--mb", type=float, default=50.0)
     args.add_argument("--objects", type=int, default=10)
     args.add_argument("--repeat", type=int, default=2)
+    args.add_argument("--file", action="store_true", help="the file connector too")
     a = args.parse_args()
     per_object = max(1, int(a.mb * 1e6 / 110 / a.objects))  # about 110 bytes a line
     total = per_object * a.objects
@@ -140,21 +178,29 @@ def main() -> None:
         size = put_objects(server.filesystem(), "data/", a.objects, per_object)
         put_objects(server.filesystem(), "warm/", 2, 1000)
         connectql_run(server, "warm/", 2000)
-        ours, theirs = [], []
+        folder = local_copy(server.filesystem(), "data/") if a.file else None
+        ours, theirs, files = [], [], []
         for r in range(a.repeat):
             pair = [lambda: ours.append(connectql_run(server, "data/", total)),
                     lambda: theirs.append(yardstick(server, "data/", total))]  # fmt: skip
+            if folder:
+                pair.append(lambda: files.append(file_run(folder, total)))
             for run in pair if r % 2 == 0 else pair[::-1]:
                 run()
-    show(size, total, statistics.median(ours), statistics.median(theirs), ours, theirs)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+    show(size, total, statistics.median(ours), statistics.median(theirs), ours, theirs, files)
 
 
-def show(size: int, total: int, ours: float, theirs: float, all_ours, all_theirs) -> None:
+def show(size: int, total: int, ours: float, theirs: float, all_ours, all_theirs, files) -> None:
     table = Table(title=f"s3 source: {total:,} records, {size / 1e6:.0f} MB of JSON (gzip)")
     for column in ("path", "median s", "MB/s", "records/s", "runs"):
         table.add_column(column)
-    for name, took, runs in (("connectql s3 source -> stream", ours, all_ours),
-                             ("pyarrow -> Parquet (yardstick)", theirs, all_theirs)):  # fmt: skip
+    rows = [("connectql s3 source -> stream", ours, all_ours),
+            ("pyarrow -> Parquet (yardstick)", theirs, all_theirs)]  # fmt: skip
+    if files:
+        rows.append(("connectql file source (Spark's) -> stream", statistics.median(files), files))
+    for name, took, runs in rows:
         table.add_row(
             name, f"{took:.2f}", f"{size / 1e6 / took:.1f}", f"{total / took:,.0f}",
             ", ".join(f"{t:.2f}" for t in runs),

@@ -114,3 +114,25 @@ def test_two_sources_share_a_stream_and_a_recreated_connector_writes_again(worke
     )
     worker.wait_for_once()
     assert read_parquet_rows(worker.home / "streams/s") == [(300, 300)]
+
+
+def test_a_sink_batchs_dead_letters_count_across_its_rounds_and_streams(tmp_path):
+    """rows_dead_lettered of a sink's batch: its files of every round and, for a sink of
+    several streams, of every stream's writer id; not another batch's or writer's."""
+    from connectql.catalog.streams import append_table
+    from connectql.runtime.deadletters import rejected_rows
+    from connectql.toolkit.envelope import deadletter_name, sink_dead_letters
+    from connectql.toolkit.routed import route_id
+
+    wid = "abcdef123456"
+
+    def letters(name: str, n: int) -> None:
+        rows = [("{}", i, "E", "m") for i in range(n)]
+        assert append_table(tmp_path, name, sink_dead_letters("s", 3, rows))
+
+    letters(deadletter_name(wid, 3), 2)
+    letters(deadletter_name(wid, 3) + "-1", 1)  # a later round
+    letters(deadletter_name(route_id(wid, "shop_a"), 3), 4)  # one stream's writer
+    letters(deadletter_name(wid, 33), 8)
+    letters(deadletter_name("0123456789ab", 3), 16)
+    assert rejected_rows(str(tmp_path), wid, 3) == 7

@@ -491,10 +491,12 @@ def test_a_wide_table_makes_a_snapshot_batch_of_several_tables_take_fewer_rows()
 def test_one_mysql_sink_of_several_streams(spark, home):
     """Two streams (other columns each) into one MariaDB sink (streams = 'g_*', table =
     't_${stream}', run = 'once'); its last batch replayed (a crash between the targets' commits
-    and Spark's commit log) writes no row twice in either table."""
+    and Spark's commit log) writes no row twice in either table. t_g_a refuses v = 9: those
+    rows are dead letters (errors.tolerance = 'all'), once each, the stream's others written."""
     name = f"cq_{uuid.uuid4().hex[:8]}"
     with server() as conn:
         create_database(conn, name)
+    my_sql(name, "CREATE TABLE t_g_a (id BIGINT, v INT CHECK (v < 9))")
     try:
         script = f"""
             CREATE SOURCE CONNECTOR IF NOT EXISTS ga FROM datagen INTO g_a WITH (
@@ -503,16 +505,23 @@ def test_one_mysql_sink_of_several_streams(spark, home):
               'rows.total' = 300, run = 'once', seed = 4,
               fields = "k BIGINT SEQUENCE, tag STRING CHOICE('x', 'y')");
             CREATE SINK CONNECTOR IF NOT EXISTS both_out TO mysql WITH ({my_connection(name)},
-              streams = 'g_*', table = 't_${{stream}}', run = 'once');
+              streams = 'g_*', table = 't_${{stream}}', run = 'once',
+              'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'dead');
         """
         replay_last_batch(home, script, "both_out")
-        want_a = read_parquet_rows(home / "streams/g_a", "SELECT count(*), sum(id * v) FROM t")
+        nines = read_parquet_rows(home / "streams/g_a", "SELECT id FROM t WHERE v = 9 ORDER BY 1")
+        dead = read_parquet_rows(home / "streams/dead", "SELECT raw_record, error_class FROM t")
+        assert sorted(json.loads(raw)["id"] for raw, _c in dead) == [i for (i,) in nines]
+        assert {c for _raw, c in dead} == {"CheckViolation"} and nines
+        want_a = read_parquet_rows(
+            home / "streams/g_a", "SELECT count(*), sum(id * v) FROM t WHERE v < 9"
+        )
         want_b = read_parquet_rows(
             home / "streams/g_b", "SELECT count(*), sum(CASE tag WHEN 'x' THEN k END) FROM t"
         )
-        assert want_a[0][0] == 700 and want_b[0][0] == 300
+        assert want_a[0][0] == 700 - len(nines) and want_b[0][0] == 300
         got_a = my_sql(name, "SELECT count(*), count(DISTINCT id), sum(id * v) FROM t_g_a")
-        assert got_a == [(700, 700, want_a[0][1])]
+        assert got_a == [(want_a[0][0], want_a[0][0], want_a[0][1])]
         got_b = my_sql(name, "SELECT count(*), sum(CASE tag WHEN 'x' THEN k END) FROM t_g_b")
         assert [(n, int(s)) for n, s in got_b] == [(300, want_b[0][1])]
         assert my_sql(name, "SELECT count(*) FROM connectql_sink_progress") == [(2,)]

@@ -643,6 +643,8 @@ class Target:
             if not (self.s.tolerant and self.rejects(e)):
                 raise
             rejected = self.isolate(conn, source)
+            if not rejected:  # every range went in on its own: the batch is written
+                return
             raise Rejected(
                 {seq: self.describe(err) for _raw, seq, err in rejected},
                 {seq: raw for raw, seq, _err in rejected},

@@ -13,13 +13,14 @@ from connectql.errors import PermanentError
 from connectql.runtime.engine import field_lag, lag
 from connectql.runtime.riders import TOOLKIT, make_rider
 from connectql.toolkit.spark import STREAM_KEY_KEY, Pacer, StreamWriter, spark_options
-from connectql.toolkit.testing import SinkRun, SourceRun
+from connectql.toolkit.testing import SinkRun, SourceRun, StreamsSinkRun
 from tests.toolkit_connectors import (
     Chunked,
     Counter,
     JsonDir,
     Opened,
     Picky,
+    Shelf,
     Shelves,
     Sloppy,
     StagedPicky,
@@ -195,6 +196,32 @@ def test_a_sink_is_opened_each_time_its_query_starts(spark, tmp_path):
     run.to_end()  # the query starts again from its checkpoint
     assert len(opened.read_text().splitlines()) > first
     assert sorted(r["id"] for r in written(tmp_path / "out")) == list(range(6))
+
+
+def test_a_sink_of_several_streams_writes_each_once_across_a_replay(spark, tmp_path):
+    """StreamsSinkRun: a sink per stream (its ${stream} filled in, its key, its writer id),
+    each round wrapped by together(); the last batch replayed writes nothing twice."""
+    out, opened, rounds = tmp_path / "out", tmp_path / "opened", tmp_path / "rounds"
+    schemas = {
+        "a": pa.schema([("id", pa.int64()), ("text", pa.string())]),
+        "b": pa.schema([("k", pa.int64())]),
+    }
+    options = {"path": f"{out}/${{stream}}", "opened": str(opened), "rounds": str(rounds)}
+    run = StreamsSinkRun(Shelf, options, tmp_path, schemas, keys={"a": ("id",)})
+    run.add("a", [{"id": i, "text": f"a{i}"} for i in range(3)])
+    run.add("b", [{"k": i} for i in range(2)])
+    run.add("a", [{"id": i, "text": f"a{i}"} for i in range(3, 5)])
+    run.batches(1)
+    run.to_end()
+    assert run.replay_last_batch() == 2
+    assert sorted(r["id"] for r in written(out / "a")) == list(range(5))
+    assert sorted(r["k"] for r in written(out / "b")) == [0, 1]
+    seen = [json.loads(line) for line in opened.read_text().splitlines()]
+    writers = {tuple(key): writer for writer, _epoch, _name, key, _notes in seen}
+    assert writers.keys() == {("id",), ()} and len(set(writers.values())) == 2
+    assert {n for n, _pid in map(json.loads, rounds.read_text().splitlines())} == {2}
+    with pytest.raises(TypeError, match="writes one stream"):
+        StreamsSinkRun(JsonDir, {"path": str(out)}, tmp_path / "x", schemas)
 
 
 def test_a_toolkit_sink_riding_a_source_writes_a_replayed_ride_once(spark, tmp_path):

@@ -13,7 +13,7 @@ from connectql.connectors.base import ReaderSpec
 from connectql.connectors.multitable import matching, patterns
 from connectql.connectors.streamsread import FORMAT, SCHEMA, STREAMS_OPTION
 from connectql.errors import PlanError
-from connectql.toolkit.routed import each, routed_options
+from connectql.toolkit.routed import each, filled, routed_options
 
 
 def chosen_streams(entry, options: dict[str, Any], ctx, where: str) -> list[str]:
@@ -30,16 +30,6 @@ def chosen_streams(entry, options: dict[str, Any], ctx, where: str) -> list[str]
     own = options.get("errors.deadletter.stream")
     known = [name for name, s in ctx.streams.items() if s.schema and name != own]
     return matching(known, items, "the streams")
-
-
-def filled(options: dict[str, Any], stream: str, table: str, secret: set[str]) -> dict[str, Any]:
-    """One stream's options: ${stream} and ${table} filled in in the text values (not secrets)."""
-    return {
-        k: v.replace("${stream}", stream).replace("${table}", table)
-        if isinstance(v, str) and k not in secret
-        else v
-        for k, v in options.items()
-    }
 
 
 def routed_specs(plugin, resolved: dict[str, Any], names: list[str], ctx, where: str):

@@ -30,6 +30,17 @@ def route_id(writer_id: str, stream: str) -> str:
     return writer_id + hashlib.sha1(stream.encode()).hexdigest()[:8]
 
 
+def filled(options: dict[str, Any], stream: str, table: str, secret: set[str]) -> dict[str, Any]:
+    """One stream's options: ${stream} (its name) and ${table} (the source table it carries)
+    filled in in the text values, but not in the `secret` ones (never copied per stream)."""
+    return {
+        k: v.replace("${stream}", stream).replace("${table}", table)
+        if isinstance(v, str) and k not in secret
+        else v
+        for k, v in options.items()
+    }
+
+
 def routed_options(routes: list[tuple[str, dict, dict[str, str]]]) -> dict[str, str]:
     """The writer options of a sink of several streams, from each stream's (name, Spark schema
     JSON, its one-stream writer options): the first's options, and each stream's but their

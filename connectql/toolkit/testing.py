@@ -8,11 +8,15 @@ and resume it from its checkpoint, replay its last batch, the way connectql runs
     assert run.rows() == expected   # each record once (a source of several tables:
                                     # run.rows("books"), each table's rows)
 
+SinkRun feeds a sink the same way (add(rows) puts the next micro-batch's rows in its input);
+StreamsSinkRun feeds a sink of several streams (add(stream, rows)).
+
 The classes must be importable by module name (not defined in __main__): Spark's Python
 processes rebuild them from "module:Qualname"."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -159,8 +163,12 @@ class SinkRun(_Run):
         if self.deadletter:
             (self.deadletter / "_spark_metadata").mkdir(parents=True, exist_ok=True)
         self._files = 0
-        self.sink = cls(self.options)
-        self.sink.check(schema)
+        self._check()
+
+    def _check(self) -> None:
+        """What connectql does at CREATE: the sink's check of the rows' schema."""
+        self.sink = self.cls(self.options)
+        self.sink.check(self.schema)
 
     def add(self, rows: list[dict] | pa.Table) -> None:
         import pyarrow.parquet as pq
@@ -171,12 +179,18 @@ class SinkRun(_Run):
         shutil.move(staged, self.input / f"{self._files:06d}.parquet")
         self._files += 1
 
-    def _query(self, spark, trigger: dict):
-        from connectql.toolkit.spark import FORMAT, ddl, spark_options
+    def _secret(self) -> set[str]:
+        return {o.name for o in self.cls.options if o.secret}
 
-        options = spark_options(
-            self.cls, self.options, {o.name for o in self.cls.options if o.secret}
-        )
+    def _writer_options(self) -> dict[str, str]:
+        from connectql.toolkit.spark import spark_options
+
+        return spark_options(self.cls, self.options, self._secret())
+
+    def _query(self, spark, trigger: dict):
+        from connectql.toolkit.spark import FORMAT, ddl
+
+        options = self._writer_options()
         options["connectql.writer"] = "test"
         if self.deadletter:
             options["connectql.deadletter"] = str(self.deadletter)
@@ -198,6 +212,63 @@ class SinkRun(_Run):
         error_message, raw_record, time), in no particular order."""
         read = _committed(self.deadletter) if self.deadletter else []
         return [r for t in read for r in t.to_pylist()]
+
+
+class StreamsSinkRun(SinkRun):
+    """A toolkit Sink that writes several streams (`several = True`), fed as a sink of
+    `streams = '...'` is: add(stream, rows) puts the next file (rows of that stream) in the
+    input. The toolkit makes a sink per stream from `options` with ${stream} and ${table} (here
+    both the stream's name) filled in, told `keys[stream]` as its stream's key, each with a
+    writer id of its own; `schemas` gives each stream's rows."""
+
+    def __init__(
+        self,
+        cls,
+        options: dict[str, Any],
+        workdir,
+        schemas: dict[str, pa.Schema],
+        keys: dict[str, tuple[str, ...]] | None = None,
+        dead_letters=False,
+    ):
+        from connectql.toolkit.packed import ROWS_COLUMN, STREAM_COLUMN
+
+        if not getattr(cls, "several", False):
+            raise TypeError(f"{cls.__name__} writes one stream (several = False): use SinkRun")
+        self.schemas = dict(schemas)
+        self.keys = {name: tuple(k) for name, k in (keys or {}).items()}
+        packed = pa.schema([(STREAM_COLUMN, pa.string()), (ROWS_COLUMN, pa.binary())])
+        super().__init__(cls, options, workdir, packed, dead_letters)
+
+    def _of(self, stream: str) -> dict[str, Any]:
+        from connectql.toolkit.routed import filled
+
+        return filled(self.options, stream, stream, self._secret())
+
+    def _check(self) -> None:
+        for stream, schema in self.schemas.items():
+            sink = self.cls(self._of(stream))
+            sink.stream_key = self.keys.get(stream, ())
+            sink.check(schema)
+
+    def add(self, stream: str, rows: list[dict] | pa.Table) -> None:
+        from connectql.toolkit.packed import ROWS_COLUMN, STREAM_COLUMN, ipc_bytes
+
+        given = self.schemas[stream]
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, given)
+        super().add(pa.Table.from_pylist([{STREAM_COLUMN: stream, ROWS_COLUMN: ipc_bytes(table)}]))
+
+    def _writer_options(self) -> dict[str, str]:
+        from pyspark.sql.types import StructType
+
+        from connectql.toolkit.routed import routed_options
+        from connectql.toolkit.spark import STREAM_KEY_KEY, ddl, spark_options
+
+        routes = []
+        for stream, schema in self.schemas.items():
+            options = spark_options(self.cls, self._of(stream), self._secret())
+            options[STREAM_KEY_KEY] = json.dumps(list(self.keys.get(stream, ())))
+            routes.append((stream, StructType.fromDDL(ddl(schema)).jsonValue(), options))
+        return routed_options(routes)
 
 
 def _committed(folder: Path) -> list[pa.Table]:

@@ -70,41 +70,28 @@ def put_objects(fs, prefix: str, objects: int, per_object: int) -> int:
 
 
 def connectql_run(server, prefix: str, total: int) -> float:
-    from connectql.worker.worker import Worker
-
-    home = Path(tempfile.mkdtemp(prefix="cq-bench-s3-"))
     opts = {**server.options(), "bucket": BUCKET, "prefix": prefix}
     given = ", ".join(f"'{k}' = '{v}'" for k, v in opts.items())
-    worker = Worker(home)
-    try:
-        started = time.perf_counter()
-        list(
-            worker.run_script(
-                f"CREATE SOURCE CONNECTOR landing FROM s3 INTO events WITH ({given}, run = 'once',"
-                " schema = 'id BIGINT, name STRING, v DOUBLE, ts TIMESTAMP')"
-            )
-        )
-        worker.wait_for_once()
-        took = time.perf_counter() - started
-        check(home / "streams/events", total)
-        return took
-    finally:
-        worker.close(stop_spark=False)
-        shutil.rmtree(home, ignore_errors=True)
+    return timed_copy(f"s3 INTO events WITH ({given}", total)
 
 
 def file_run(folder: Path, total: int) -> float:
     """The `file` connector (Spark's json reader) on a local folder of the same objects."""
+    return timed_copy(f"file INTO events WITH (path = '{folder}', format = 'json'", total)
+
+
+def timed_copy(source: str, total: int) -> float:
+    """Seconds from `CREATE SOURCE CONNECTOR landing FROM <source>, run = 'once', schema = ...)`
+    in a worker on a fresh home to the run's end, its stream checked to hold `total` rows."""
     from connectql.worker.worker import Worker
 
-    home = Path(tempfile.mkdtemp(prefix="cq-bench-file-"))
+    home = Path(tempfile.mkdtemp(prefix="cq-bench-s3-"))
     worker = Worker(home)
     try:
         started = time.perf_counter()
         list(
             worker.run_script(
-                f"CREATE SOURCE CONNECTOR landing FROM file INTO events WITH (path = '{folder}',"
-                " format = 'json', run = 'once',"
+                f"CREATE SOURCE CONNECTOR landing FROM {source}, run = 'once',"
                 " schema = 'id BIGINT, name STRING, v DOUBLE, ts TIMESTAMP')"
             )
         )

@@ -44,11 +44,14 @@ class TableSink(Sink):
     def connection_config(options: dict[str, Any]) -> dict:
         raise NotImplementedError
 
+    def table_place(self) -> tuple[str, str]:
+        """(container, table) of the target table its options name."""
+        key, split = self.place
+        return split(self.options["table"], self.options[key])
+
     @property
     def where(self) -> str:
-        key, split = self.place
-        container, table = split(self.options["table"], self.options[key])
-        return f"{self.database} sink into {container}.{table}"
+        return f"{self.database} sink into {'.'.join(self.table_place())}"
 
     def settings(self, writer: str = "") -> SinkSettings:
         """The Target's settings, for `writer` (mode and key need the stream's key)."""
@@ -60,8 +63,7 @@ class TableSink(Sink):
                 "delete.enabled = true needs mode = 'upsert': mode = 'append' inserts every row,"
                 " a delete (__op = 'd') too, since it has no key to delete by"
             )
-        place, split = self.place
-        schema, table = split(opts["table"], opts[place])
+        schema, table = self.table_place()
         return SinkSettings(
             connection=self.connection_config(opts),
             schema=schema,

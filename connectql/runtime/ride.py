@@ -1,11 +1,11 @@
-"""Chaining, issue 18's one-query plan: an exactly-once sink (a database sink, or a toolkit
-sink that records its batch ids) whose stream one running source feeds writes inside that
-source's micro-batches. Once the source's stream writer has committed a batch's files, a Spark
-job reads them and writes them with the sink's own writer in its tasks (riders.py: a database
-sink's Target, a toolkit sink's stage_batches), and the driver commits them in the target under
-the source's batch id and a writer id of the pair's own (ridelog.rider_id), atomically with the
-rows: exactly once across a kill -9, as the sink's own query is. No second query polls the stream, plans a batch and
-re-reads logs: a change reaches the target about a second sooner (bench.onequery).
+"""Chaining, issue 18's one-query plan: an exactly-once toolkit sink (the database sinks among
+them) whose stream one running source feeds writes inside that source's micro-batches. Once the
+source's stream writer has committed a batch's files, a Spark job reads them and writes them
+with the sink's stage_batches in its tasks (riders.py), and the driver commits them in the
+target under the source's batch id and a writer id of the pair's own (ridelog.rider_id),
+atomically with the rows: exactly once across a kill -9, as the sink's own query is. No second
+query polls the stream, plans a batch and re-reads logs: a change reaches the target about a
+second sooner (bench.onequery).
 
 A Ride stands in for the sink's streaming query (Engine.queries), so the worker and the
 supervisor see it as they see a query; a ride that fails fails the sink, which restarts as

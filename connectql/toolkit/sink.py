@@ -70,9 +70,9 @@ from connectql.config import Option
 
 class Rejected(Exception):
     """Raised by `write`, having written nothing: `rows` maps rows of its `data` (index) that
-    the target refuses to why (a message, the exception, or (error class, message)). Raised by `commit`, having
-    published nothing: `rows` maps the sink's own keys of the refused rows to why, and
-    `records` the same keys to the rows' values (a dict, or the row's JSON text)."""
+    the target refuses to why (a message, the exception, or (error class, message)). Raised by
+    `commit`, having published nothing: `rows` maps the sink's own keys of the refused rows to
+    why, and `records` the same keys to the rows' values (a dict, or the row's JSON text)."""
 
     def __init__(
         self,

@@ -91,7 +91,7 @@ def test_each_format_reads_from_record_n_and_counts(s3server, bucket, name):  # 
     put(fs, f"{bucket}/{name}", encode(ROWS))
     handle, _ = records.open_object(fs, f"{bucket}/{name}", fmt)
     with handle:
-        assert records.count(handle, fmt) == 10
+        assert records.count(handle, fmt) == records.Count(10)
     found, meta = read(fs, f"{bucket}/{name}", fmt, 4, 9)
     rows = [r for c in found for r in c.batch.to_pylist()]
     assert rows == ROWS[4:9]
@@ -118,7 +118,7 @@ def test_bad_records_are_set_apart_with_record_and_line(s3server, bucket):  # no
     assert [r["id"] for c in found for r in c.batch.to_pylist()] == [0, 1]
     assert [n for c in found for n in c.numbers.to_pylist()] == [0, 2]
     bad = [b for c in found for b in c.bad]
-    assert [(b.record, b.line, b.raw) for b in bad] == [(1, 3, "{not json"), (3, 5, '{"id": "x"}')]
+    assert [(b.record, b.line, b.raw) for b in bad] == [(1, 3, b"{not json"), (3, 5, b'{"id": "x"}')]
     assert all(b.error for b in bad)
 
 

@@ -45,6 +45,7 @@ NULL), and restarts the source from the same offsets, and the running sinks of t
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -61,12 +62,28 @@ class Retryable(Exception):
 class DeadLetter:
     """Yield one from `read` for a record that does not parse: with errors.tolerance = 'all' it
     goes to the dead-letter stream with `error` and `raw`; with 'none' it fails the connector
-    naming `offset` (where the record is, e.g. {"line": 7}) and `error`."""
+    naming `offset` (where the record is, e.g. {"line": 7}) and `error`. `raw` may be bytes: the
+    dead letter's raw_record is then their text when they are UTF-8, else `base64:` and their
+    base64 (raw_text), so that no byte is lost."""
 
-    raw: str
+    raw: str | bytes
     error: str
     offset: dict[str, Any] | None = None
     error_class: str = "MALFORMED_RECORD"
+
+
+def raw_text(raw: str | bytes) -> str:
+    """A dead letter's raw record as text: bytes that are UTF-8 as they are, others as
+    `base64:` and their base64."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return RAW_BASE64 + base64.b64encode(raw).decode("ascii")
+
+
+RAW_BASE64 = "base64:"
 
 
 @dataclass(frozen=True)

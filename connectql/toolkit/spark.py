@@ -42,7 +42,7 @@ from connectql.toolkit.packed import (
     pack_letters,
 )
 from connectql.toolkit.sink import Rejected, Sink
-from connectql.toolkit.source import DeadLetter, Retryable, Source
+from connectql.toolkit.source import DeadLetter, Retryable, Source, raw_text
 
 FORMAT = "connectql_toolkit"
 CLASS_KEY = "connectql.toolkit.class"
@@ -267,7 +267,7 @@ def _letter(letter: DeadLetter) -> dict:
         "offset": json.dumps(letter.offset, sort_keys=True, default=str) if letter.offset else None,
         "error_class": letter.error_class,
         "error_message": letter.error,
-        "raw_record": letter.raw,
+        "raw_record": raw_text(letter.raw),
     }
 
 

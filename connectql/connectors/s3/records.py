@@ -3,6 +3,8 @@ batches from record N on, with the records that do not parse set apart, and reco
 
 from __future__ import annotations
 
+import csv
+import functools
 import io
 import json
 from collections.abc import Iterator
@@ -23,13 +25,16 @@ BLOCK_RECORDS = 65_536  # the most records parsed into one batch
 
 @dataclass
 class Bad:
-    """A record that does not parse: its number (0-based), line (1-based, text formats), the
-    raw text and why."""
+    """A record that does not parse: its number (0-based), line (1-based, text formats), its
+    raw bytes and why. Where an object stops decoding (not gzip, truncated, not parquet or
+    avro), its unreadable rest is one Bad record after the last readable one, `rest` set and
+    no raw bytes (the reader adds the object's own)."""
 
     record: int
     line: int | None
-    raw: str
+    raw: bytes
     error: str
+    rest: bool = False
 
 
 @dataclass
@@ -58,6 +63,34 @@ class Format:
 
 class RecordError(ValueError):
     """A record that does not parse, with errors.tolerance = 'none'."""
+
+
+# what a codec or a file reader raises on bytes that do not decode
+UNDECODABLE = (OSError, ValueError, EOFError, pa.ArrowInvalid)
+
+
+@dataclass(frozen=True)
+class Count:
+    """The records of an object: `readable` of them, and `broken`, why the rest of the object
+    does not decode (one more record, a dead letter), or None."""
+
+    readable: int
+    broken: str | None = None
+
+    @property
+    def total(self) -> int:
+        return self.readable + (self.broken is not None)
+
+
+def _undecodable(fmt: Format, e: Exception) -> str:
+    what = f"{fmt.name} object" if fmt.name in ("parquet", "avro", "csv") else "compressed object"
+    return f"not a readable {what}: {_reason(e)}"
+
+
+def _rest(number: int, fmt: Format, schema: pa.Schema, e: Exception) -> Chunk:
+    """The unreadable rest of an object, from record `number` on, as one bad record."""
+    bad = Bad(number, None, b"", _undecodable(fmt, e), rest=True)
+    return Chunk(pa.RecordBatch.from_pylist([], schema=schema), pa.array([], pa.int64()), [bad])
 
 
 def open_object(fs, path: str, fmt: Format) -> tuple[pa.NativeFile, dict]:
@@ -99,7 +132,7 @@ def _numbered(stream, skip_header: bool) -> Iterator[tuple[list[bytes], list[int
         for text in lines:
             line += 1
             if skip_header and header is None:
-                header = text
+                header = _text_header(text)
                 continue
             if text.strip():
                 records.append(text)
@@ -108,9 +141,22 @@ def _numbered(stream, skip_header: bool) -> Iterator[tuple[list[bytes], list[int
             yield records[at : at + BLOCK_RECORDS], numbers[at : at + BLOCK_RECORDS], header
 
 
-def count_text(stream, fmt: Format) -> int:
-    skip = fmt.name == "csv" and fmt.header
-    return sum(len(records) for records, _, _ in _numbered(stream, skip))
+def _text_header(line: bytes) -> bytes:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("its first line is no csv header (not text)") from None
+    return line
+
+
+def count_text(stream, fmt: Format) -> Count:
+    skip, number = fmt.name == "csv" and fmt.header, 0
+    try:
+        for records, _, _ in _numbered(stream, skip):
+            number += len(records)
+    except UNDECODABLE as e:
+        return Count(number, _undecodable(fmt, e))
+    return Count(number)
 
 
 def _parse_jsonl(lines: list[bytes], schema: pa.Schema, _header) -> pa.RecordBatch:
@@ -120,6 +166,8 @@ def _parse_jsonl(lines: list[bytes], schema: pa.Schema, _header) -> pa.RecordBat
 
 
 def _parse_csv(lines: list[bytes], schema: pa.Schema, header: bytes | None, fmt: Format):
+    if header is not None and not set(_header_names(header, fmt.delimiter)) & set(schema.names):
+        raise ValueError(f"the header line names none of the columns ({', '.join(schema.names)})")
     names = None if header is not None else schema.names
     body = b"\n".join(lines if header is None else [header, *lines])
     table = pacsv.read_csv(
@@ -133,6 +181,15 @@ def _parse_csv(lines: list[bytes], schema: pa.Schema, header: bytes | None, fmt:
     if table.num_rows != len(lines):
         raise ValueError(f"{table.num_rows} rows in {len(lines)} lines")
     return _conform(table, schema)
+
+
+@functools.lru_cache(maxsize=64)
+def _header_names(header: bytes, delimiter: str) -> tuple[str, ...]:
+    """The column names a csv header line gives (none when it is no csv header at all)."""
+    try:
+        return tuple(next(csv.reader([header.decode("utf-8")], delimiter=delimiter), ()))
+    except (csv.Error, UnicodeDecodeError):
+        return ()
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
@@ -150,13 +207,20 @@ def _text_chunks(stream, fmt: Format, schema: pa.Schema, start: int, end: int) -
         _parse_jsonl if fmt.name == "jsonl" else (lambda lines, s, h: _parse_csv(lines, s, h, fmt))
     )
     number = 0  # record number of the block's first record
-    for records, lines, header in _numbered(stream, fmt.name == "csv" and fmt.header):
+    blocks = _numbered(stream, fmt.name == "csv" and fmt.header)
+    while number < end:
+        try:
+            records, lines, header = next(blocks)
+        except StopIteration:
+            return
+        except UNDECODABLE as e:
+            if start <= number:
+                yield _rest(number, fmt, schema, e)
+            return
         lo, hi = max(start - number, 0), min(end - number, len(records))
         if lo < hi:
             yield _parsed(parse, records[lo:hi], lines[lo:hi], number + lo, schema, header)
         number += len(records)
-        if number >= end:
-            return
 
 
 def _parsed(parse, records, lines, first, schema, header) -> Chunk:
@@ -172,7 +236,7 @@ def _parsed(parse, records, lines, first, schema, header) -> Chunk:
             good.append(parse([text], schema, header))
             numbers.append(first + i)
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
-            bad.append(Bad(first + i, line, text.decode("utf-8", "replace"), _reason(e)))
+            bad.append(Bad(first + i, line, text, _reason(e)))
     batch = pa.Table.from_batches(good, schema) if good else schema.empty_table()
     return Chunk(_one(batch, schema), pa.array(numbers, pa.int64()), bad)
 
@@ -187,8 +251,17 @@ def _reason(e: Exception) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _parquet_chunks(handle, schema, start, end) -> Iterator[Chunk]:
-    found = pq.ParquetFile(handle)
+def _parquet_or_rest(handle, schema, start, end) -> Iterator[Chunk]:
+    try:
+        found = pq.ParquetFile(handle)
+    except UNDECODABLE as e:  # no parquet at all: the whole object is record 0
+        if start == 0 < end:
+            yield _rest(0, Format("parquet"), schema, e)
+        return
+    yield from _parquet_chunks(found, schema, start, end)
+
+
+def _parquet_chunks(found: pq.ParquetFile, schema, start, end) -> Iterator[Chunk]:
     first = 0
     for group in range(found.num_row_groups):
         rows = found.metadata.row_group(group).num_rows
@@ -214,24 +287,39 @@ def _with_missing(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table
 
 
-def count_avro(stream) -> int:
-    return sum(block.num_records for block in fastavro.block_reader(stream))
+def _avro_blocks(stream) -> Iterator[list[dict]]:
+    """The object's records a block at a time, each block decoded whole before it is given (so
+    counting and reading stop at the same record when a block does not decode)."""
+    for block in fastavro.block_reader(stream):
+        yield list(block)
+
+
+def count_avro(stream) -> Count:
+    number = 0
+    try:
+        for block in _avro_blocks(stream):
+            number += len(block)
+    except UNDECODABLE as e:
+        return Count(number, _undecodable(Format("avro"), e))
+    return Count(number)
 
 
 def _avro_chunks(stream, schema, start, end) -> Iterator[Chunk]:
-    rows, number = [], 0
-    for record in fastavro.reader(stream):
-        if start <= number < end:
-            rows.append(record)
-        number += 1
-        if len(rows) == BLOCK_RECORDS or (number >= end and rows):
-            first = number - len(rows)
-            yield _avro_chunk(rows, first, schema)
-            rows = []
-        if number >= end:
+    number, blocks = 0, _avro_blocks(stream)
+    while number < end:
+        try:
+            block = next(blocks)
+        except StopIteration:
             return
-    if rows:
-        yield _avro_chunk(rows, number - len(rows), schema)
+        except UNDECODABLE as e:
+            if start <= number:
+                yield _rest(number, Format("avro"), schema, e)
+            return
+        lo, hi = max(start - number, 0), min(end - number, len(block))
+        for at in range(lo, hi, BLOCK_RECORDS):
+            rows = block[at : min(at + BLOCK_RECORDS, hi)]
+            yield _avro_chunk(rows, number + at, schema)
+        number += len(block)
 
 
 def _avro_chunk(rows: list[dict], first: int, schema: pa.Schema) -> Chunk:
@@ -246,17 +334,21 @@ def _avro_chunk(rows: list[dict], first: int, schema: pa.Schema) -> Chunk:
 # ---------------------------------------------------------------------------------------------
 
 
-def count(handle, fmt: Format) -> int:
+def count(handle, fmt: Format) -> Count:
     """How many records the opened object holds (the same numbering `chunks` uses)."""
     if fmt.name == "parquet":
-        return pq.ParquetFile(handle).metadata.num_rows
+        try:
+            return Count(pq.ParquetFile(handle).metadata.num_rows)
+        except UNDECODABLE as e:
+            return Count(0, _undecodable(fmt, e))
     return count_avro(handle) if fmt.name == "avro" else count_text(handle, fmt)
 
 
 def chunks(handle, fmt: Format, schema: pa.Schema, start: int, end: int) -> Iterator[Chunk]:
-    """Records [start, end) of the object opened with open_object."""
+    """Records [start, end) of the object opened with open_object; its unreadable rest, if
+    any, as one bad record (numbered as `count` counts it)."""
     if fmt.name == "parquet":
-        return _parquet_chunks(handle, schema, start, end)
+        return _parquet_or_rest(handle, schema, start, end)
     if fmt.name == "avro":
         return _avro_chunks(handle, schema, start, end)
     return _text_chunks(handle, fmt, schema, start, end)

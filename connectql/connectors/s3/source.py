@@ -21,6 +21,8 @@ from connectql.connectors.s3.store import (
 from connectql.errors import PermanentError, PlanError
 from connectql.toolkit import SOURCE, DeadLetter, Retryable, Source
 
+RAW_KEPT = 64 << 10  # bytes of an object that does not decode kept in its dead letter
+
 
 class ObjectChanged(PermanentError):
     """An object was replaced while a batch that reads it was in flight."""
@@ -125,7 +127,7 @@ class S3Source(Source):
             handle, meta = records.open_object(self.fs, self.s.place.path(obj.key), self.s.format)
             with handle:
                 _check_version(self.s.place, obj.key, etag, meta)
-                self._totals[(obj.key, etag)] = records.count(handle, self.s.format)
+                self._totals[(obj.key, etag)] = records.count(handle, self.s.format).total
         return self._totals[(obj.key, etag)]
 
     def partitions(self, start: dict, end: dict) -> list[list[list]]:
@@ -147,12 +149,20 @@ class S3Source(Source):
             for chunk in records.chunks(handle, self.s.format, self._arrow(), first, last):
                 yield records.with_source(chunk, place.bucket, key)
                 for bad in chunk.bad:
-                    where = {"bucket": place.bucket, "key": key, "record": bad.record}
-                    if bad.line is not None:
-                        where["line"] = bad.line
-                    yield DeadLetter(
-                        bad.raw, f"not a valid {self.s.format.name} record: {bad.error}", where
-                    )
+                    yield self._dead_letter(key, bad)
+
+    def _dead_letter(self, key: str, bad: records.Bad) -> DeadLetter:
+        """A record that does not parse, or an object's rest that does not decode (then with
+        the start of the object's stored bytes, as far as RAW_KEPT goes)."""
+        place = self.s.place
+        where = {"bucket": place.bucket, "key": key, "record": bad.record}
+        if bad.line is not None:
+            where["line"] = bad.line
+        if bad.rest:
+            with self.fs.open_input_stream(place.path(key), compression=None) as stored:
+                raw = stored.read(RAW_KEPT)
+            return DeadLetter(raw, f"{place.url(key)}: {bad.error}", where, "UNREADABLE_OBJECT")
+        return DeadLetter(bad.raw, f"not a valid {self.s.format.name} record: {bad.error}", where)
 
 
 def _check_version(place, key: str, etag: str, meta: dict) -> None:

@@ -233,10 +233,14 @@ class Catalog:
             schema.migrate(self.con)
 
     def close(self) -> None:
+        """Close DuckDB's connection; a call on any thread after this is refused in Python,
+        before it reaches DuckDB (a thread inside DuckDB as the process exits aborts it)."""
         with self.lock:
             for cur in list(self._cursors):
                 _close_cursor(cur)
             self.con.close()
+            self.con = _Fenced("the worker has closed it")
+            self._local = threading.local()
 
     def fence(self, why: str) -> None:
         """Refuse every statement from now on (a worker that lost its lease)."""

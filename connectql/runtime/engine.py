@@ -3,11 +3,13 @@ termination through a StreamingQueryListener."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +46,7 @@ STOP_GRACE_S = 2.0
 # a stop waits this long at most for the report of a query's end that another thread is making
 # (a query that failed as it was stopped): the caller then sees the state that report set
 REPORT_WAIT_S = 10.0
+CLOSE_JOIN_S = 10.0  # at close, the most it waits for each thread of its own still in a call
 
 
 def lag(end: str | None, latest: str | None, field: str | None) -> int | None:
@@ -153,6 +156,7 @@ class Engine:
         self.writers: dict[str, StreamWriter] = {}  # a source's foreachBatch, by connector
         self.rides: dict[str, ride.Ride] = {}  # chained sinks (runtime/ride.py), by connector
         self._spark = None
+        self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # joined at close
         self._lock = threading.RLock()
         self.epoch: int | None = None  # the worker's lease epoch, given to its writers
         self.on_event: Callable | None = None  # (name, text): how a connector runs changed
@@ -169,10 +173,18 @@ class Engine:
         return self._spark
 
     def close(self) -> None:
-        """Stop every query and stop listening (the session may outlive this engine)."""
+        """Stop every query and stop listening (the session may outlive this engine); return
+        once no thread of the engine's is left in a call (a listener's report, a sink's own
+        query starting, a ride), so that none is inside DuckDB or Arrow when the process
+        exits (issue 56: such a thread aborts the interpreter's exit)."""
         self.stop_all()
         if self._spark is not None:
             self._spark.streams.removeListener(self._listener)
+            self._listener.quiesce(CLOSE_JOIN_S)
+        for thread in list(self._threads):
+            thread.join(CLOSE_JOIN_S)
+        for r in list(self.rides.values()):
+            r.stop()
 
     @property
     def started(self) -> bool:
@@ -306,7 +318,9 @@ class Engine:
                 return
             del self.rides[r.name]
             self._by_id.pop(str(r.runId), None)  # its end is no termination to report
-        threading.Thread(target=self._own_query, args=(r,), daemon=True).start()
+        thread = threading.Thread(target=self._own_query, args=(r,), daemon=True)
+        self._threads.add(thread)
+        thread.start()
 
     def _own_query(self, r: ride.Ride) -> None:
         r.stop()
@@ -554,8 +568,33 @@ def _transformed(df, plan: Plan):
 
 
 class _Listener(StreamingQueryListener):
+    """Spark's reports, on py4j's threads; after `quiesce` none is handled, and it returns once
+    those under way have ended."""
+
     def __init__(self, engine: Engine):
         self.engine = engine
+        self._calls = 0
+        self._closed = False
+        self._idle = threading.Condition()
+
+    @contextlib.contextmanager
+    def _call(self):
+        with self._idle:
+            if self._closed:
+                yield False
+                return
+            self._calls += 1
+        try:
+            yield True
+        finally:
+            with self._idle:
+                self._calls -= 1
+                self._idle.notify_all()
+
+    def quiesce(self, timeout: float) -> None:
+        with self._idle:
+            self._closed = True
+            self._idle.wait_for(lambda: self._calls == 0, timeout)
 
     @property
     def _jlistener(self):
@@ -570,19 +609,23 @@ class _Listener(StreamingQueryListener):
         pass
 
     def onQueryProgress(self, event):  # noqa: N802
-        try:
-            self.engine._progress(event.progress)
-        except Exception:  # a listener must never kill Spark's listener bus
-            log.exception("recording progress failed")
+        with self._call() as open_:
+            try:
+                if open_:
+                    self.engine._progress(event.progress)
+            except Exception:  # a listener must never kill Spark's listener bus
+                log.exception("recording progress failed")
 
     def onQueryIdle(self, event):  # noqa: N802
         pass
 
     def onQueryTerminated(self, event):  # noqa: N802
-        try:
-            self.engine._terminated(str(event.runId), event.exception)
-        except Exception:
-            log.exception("handling query termination failed")
+        with self._call() as open_:
+            try:
+                if open_:
+                    self.engine._terminated(str(event.runId), event.exception)
+            except Exception:
+                log.exception("handling query termination failed")
 
 
 class _JsonEvents:

@@ -39,6 +39,7 @@ from connectql.runtime.ridelog import MERGED_PREFIX
 from connectql.runtime.riders import make_rider
 
 log = logging.getLogger("connectql.runtime")
+STOP_JOIN_S = 10.0  # a stop waits this long at most for the ride's thread to end
 
 
 def pending(checkpoint: str) -> bool:
@@ -116,12 +117,15 @@ class Ride:
         return ended if timeout is not None else None
 
     def stop(self) -> None:
-        """No ride starts after this; the one under way ends first."""
+        """No ride starts after this; the one under way ends first, and so does the ride's
+        thread (unless this is it)."""
         self._ended.set()
         with self._announced:
             self._announced.notify()
         with self._lock:
             self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(STOP_JOIN_S)
 
     # ------------------------------------------------------------ the rides
     def start(self) -> None:

@@ -19,6 +19,7 @@ from connectql.worker import evolution
 log = logging.getLogger("connectql.supervisor")
 
 BACKOFF_CAP_MS = 60_000
+CLOSE_JOIN_S = 10.0  # close waits this long at most for a stall check under way
 
 
 def backoff_ms(attempt: int, base_ms: int, cap_ms: int = BACKOFF_CAP_MS) -> int:
@@ -55,11 +56,15 @@ class Supervisor:
         self._thread.start()
 
     def close(self) -> None:
+        """No restart or stall check after this; returns once the watch has ended (it reads
+        the catalog, which must not be in use on another thread when the process exits)."""
         with self.launching:
             self._closed.set()
             for timer in list(self.timers.values()):
                 timer.cancel()
             self.timers.clear()
+        if self._thread is not threading.current_thread():
+            self._thread.join(CLOSE_JOIN_S)
 
     def forget(self, name: str) -> None:
         timer = self.timers.pop(name, None)

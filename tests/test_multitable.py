@@ -198,7 +198,7 @@ def test_postgres_cdc_of_a_keyed_and_a_keyless_table(worker, pg_logical, cdc_dbs
         worker,
         f"""
         CREATE SOURCE CONNECTOR two FROM postgres INTO pg WITH ({connection(pg_logical, src)},
-          table = 'a,b', 'batch.rows' = 800);
+          table = 'a,b', 'batch.rows' = 800, keyless = 'inserts');
         CREATE SINK CONNECTOR a_out TO postgres FROM pg_a WITH ({connection(pg_logical, dst)},
           table = 'a');
         """,

@@ -30,8 +30,12 @@ def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
         doc=connector.doc,
         source_options=_source_options(source) if source else None,
         sink_options=_sink_options(sink) if sink else None,
-        plan_source=(lambda opts: plan_source(connector, opts)) if source else None,
-        plan_sink=(lambda opts, stream=None: plan_sink(connector, _named(opts, stream), stream))
+        plan_source=(lambda opts, name="": plan_source(connector, opts, name)) if source else None,
+        plan_sink=(
+            lambda opts, stream=None, name="": plan_sink(
+                connector, _named(opts, stream), stream, name
+            )
+        )
         if sink
         else None,
         delivery=sink.delivery if sink else "",
@@ -63,7 +67,11 @@ def _source_options(source) -> dict[str, Option]:
 
 def _dropped(connector: Connector, opts: dict[str, Any], name: str, kind: str) -> str | None:
     cls = connector.source if kind == "source" else connector.sink
-    return cls(opts).on_drop(name) if cls is not None else None
+    if cls is None:
+        return None
+    found = cls(opts)
+    found.connector = name  # as when it runs (toolkit/spark.py)
+    return found.on_drop(name)
 
 
 def _named(opts: dict[str, Any], stream) -> dict[str, Any]:
@@ -86,14 +94,15 @@ def _hidden(spark_options: dict[str, str]) -> tuple[str, ...]:
     return tuple(k for k in spark_options if k.startswith(SECRET_PREFIX))
 
 
-def plan_source(connector: Connector, opts: dict[str, Any]) -> ReaderSpec:
+def plan_source(connector: Connector, opts: dict[str, Any], name: str = "") -> ReaderSpec:
     """The reader of a toolkit source. What it reads (tables(), schema(), key()) and how much
     (total_records()) are asked only when wanted (CREATE, EXPLAIN, a schema's evolution, a
     progress bar): a start needs no call to the external system before its query runs."""
     from connectql.toolkit.spark import MAX_RECORDS_KEY, spark_options
 
-    where = f"{connector.type} source"
+    where = f"{connector.type} source" + (f" '{name}'" if name else "")
     source = _call(where, connector.source, opts)
+    source.connector = name  # as when it runs (toolkit/spark.py): CREATE's calls know it too
     _call(where, source.check)
     if opts.get("run") == "once":
         _call(where, source.available_now)
@@ -141,17 +150,20 @@ def _tables(where: str, source) -> list[Found]:
     return [Found(t.name, _call(where, ddl, t.schema), tuple(t.key)) for t in found]
 
 
-def plan_sink(connector: Connector, opts: dict[str, Any], stream=None) -> WriterSpec:
+def plan_sink(
+    connector: Connector, opts: dict[str, Any], stream=None, name: str = ""
+) -> WriterSpec:
     """The writer of a toolkit sink of `stream` (its catalog entry; None: not known yet)."""
     from connectql.toolkit.spark import STREAM_KEY_KEY, described_schema, spark_options
 
-    where = f"{connector.type} sink"
+    where = f"{connector.type} sink" + (f" '{name}'" if name else "")
     if opts.get("errors.tolerance") == "all" and not connector.sink.rejects:
         raise ValidationError(
             f"{where} refuses errors.tolerance = 'all': it rejects no record it is given, so a"
             " record it cannot write fails the batch whatever the option says"
         )
     sink = _call(where, connector.sink, opts)
+    sink.connector = name
     sink.stream_key = tuple(stream.key_columns) if stream is not None else ()
     options = spark_options(connector.sink, opts, _secret(connector.sink.options))
     options[STREAM_KEY_KEY] = json.dumps(list(sink.stream_key))

@@ -72,8 +72,9 @@ class Plugin:
     doc: str
     source_options: dict[str, Option] | None = None  # None: cannot be a source
     sink_options: dict[str, Option] | None = None  # None: cannot be a sink
-    plan_source: Callable[[dict[str, Any]], ReaderSpec] | None = None
-    plan_sink: Callable[[dict[str, Any], Any], WriterSpec] | None = None  # (options, StreamEntry)
+    plan_source: Callable[[dict[str, Any], str], ReaderSpec] | None = None  # (options, name)
+    # (options, StreamEntry, the connector's name)
+    plan_sink: Callable[[dict[str, Any], Any, str], WriterSpec] | None = None
     # DROP CONNECTOR's cleanup in the external system, (resolved options, connector name,
     # 'source' or 'sink') -> what it did, or None
     on_drop: Callable[[dict[str, Any], str, str], str | None] | None = None

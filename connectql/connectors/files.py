@@ -86,7 +86,7 @@ def _plain(ddl: str) -> str:
     return " ".join(ddl.replace("`", "").split()).lower()
 
 
-def plan_source(opts: dict[str, Any]) -> ReaderSpec:
+def plan_source(opts: dict[str, Any], name: str = "") -> ReaderSpec:
     _check_source(opts)
     fmt = opts["format"]
     spark_opts: dict[str, str] = {}
@@ -116,7 +116,7 @@ def plan_source(opts: dict[str, Any]) -> ReaderSpec:
     )
 
 
-def plan_sink(opts: dict[str, Any], stream=None) -> WriterSpec:
+def plan_sink(opts: dict[str, Any], stream=None, name: str = "") -> WriterSpec:
     if opts["errors.tolerance"] == "all":
         raise ValidationError(
             "file sink refuses errors.tolerance = 'all': it writes every row of its stream as"

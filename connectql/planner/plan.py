@@ -170,13 +170,13 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
     inputs = chosen_streams(entry, options, ctx, where) if options.get("streams") else []
     stream = inputs[0] if inputs else target_stream(entry.stream, entry.options, where)
     if entry.kind == "source":
-        reader, transform = plugin.plan_source(resolved), None
+        reader, transform = plugin.plan_source(resolved, entry.name), None
         writer = WriterSpec(STREAM_WRITER, path=ctx.stream_path(stream))
     elif inputs:
         (reader, writer), transform = routed_specs(plugin, resolved, inputs, ctx, where), None
     else:
         reader, transform = _stream_reader(stream, entry, ctx)
-        writer = plugin.plan_sink(resolved, ctx.streams[stream])
+        writer = plugin.plan_sink(resolved, ctx.streams[stream], entry.name)
     interval = options.get("trigger.interval")
     deadletter = _deadletter(options, stream, where)
     return Plan(

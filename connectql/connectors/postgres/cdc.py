@@ -22,7 +22,7 @@ from connectql.connectors.postgres.pgtext import spark_value
 from connectql.connectors.relational.changerows import ChangeRows, Changes
 from connectql.connectors.relational.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.relational.tablereader import Window
-from connectql.errors import ConnectQLError
+from connectql.errors import ConnectQLError, PlanError
 from connectql.toolkit.source import DeadLetter
 
 PLUGIN_NAME = "pgoutput"
@@ -46,8 +46,8 @@ def position(commit_lsn: int, seq: int) -> str:
 # ------------------------------------------------------------------ the slot
 
 
-def ensure_slot(conn, slot: str, schema: str, tables: list[str]) -> int:
-    """Create the publication (named as the slot) and then the slot if absent (a publication
+def ensure_slot(conn, slot: str, schema: str, tables: list[str], keyless: str, where: str) -> int:
+    """Create the publications (named as the slot) and then the slot if absent (a publication
     must be older than the changes it decodes); the LSN from which the slot will decode."""
 
     def found():
@@ -58,8 +58,8 @@ def ensure_slot(conn, slot: str, schema: str, tables: list[str]) -> int:
         ).fetchone()
 
     row = found()
+    ensure_publications(conn, slot, schema, tables, keyless, where)
     if row is None:
-        ensure_publication(conn, slot, schema, tables)
         conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN_NAME))
         row = found()
     if row[1] != PLUGIN_NAME:
@@ -71,8 +71,74 @@ def ensure_slot(conn, slot: str, schema: str, tables: list[str]) -> int:
     return lsn_int(row[0])
 
 
-def ensure_publication(conn, name: str, schema: str, tables: list[str]) -> None:
-    """The publication of the captured tables (made again when it lists other tables)."""
+KEYLESS = ("refuse", "inserts")  # the `keyless` option's values
+
+
+def inserts_publication(slot: str) -> str:
+    """The publication of the tables captured with keyless = 'inserts' (inserts alone)."""
+    return f"{slot[:55]}_inserts"
+
+
+def unidentified(conn, schema: str, tables: list[str]) -> list[str]:
+    """The tables PostgreSQL cannot identify a row of (no primary key and REPLICA IDENTITY
+    DEFAULT, or REPLICA IDENTITY NOTHING): in a publication of updates and deletes, their
+    UPDATE and DELETE are refused."""
+    if not tables:
+        return []
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = ANY(%s) AND (c.relreplident = 'n' OR"
+        " (c.relreplident = 'd' AND NOT EXISTS (SELECT 1 FROM pg_index i"
+        " WHERE i.indrelid = c.oid AND i.indisprimary)))",
+        (schema, list(tables)),
+    ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def keyless_refused(where: str, schema: str, tables: list[str]) -> str:
+    names = ", ".join(f"{schema}.{t}" for t in tables)
+    return (
+        f"{where}: {names} {'has' if len(tables) == 1 else 'have'} no primary key or other"
+        " replica identity, and PostgreSQL refuses UPDATE and DELETE of a table published"
+        " for change capture without one, so capturing it would break the application's"
+        " writes. Either give it one (ALTER TABLE ... REPLICA IDENTITY FULL, or a primary"
+        " key), or capture only its inserts with keyless = 'inserts'"
+    )
+
+
+def ensure_publications(
+    conn, slot: str, schema: str, tables: list[str], keyless: str, where: str
+) -> None:
+    """The connector's publications: every change of the tables PostgreSQL can identify a row
+    of, and with keyless = 'inserts' the inserts alone of the others. Never one that makes
+    the tables' own UPDATE or DELETE fail: with keyless = 'refuse' such a table is taken out
+    of the publication (one made before, or a table that lost its key) and refused."""
+    without = unidentified(conn, schema, tables)
+    ensure_publication(conn, slot, schema, [t for t in tables if t not in without])
+    if keyless == "inserts" and without:
+        ensure_publication(conn, inserts_publication(slot), schema, without, "insert")
+    else:
+        drop_publication(conn, inserts_publication(slot))
+    if without and keyless != "inserts":
+        raise PlanError(keyless_refused(where, schema, without))
+
+
+def publications(conn, slot: str) -> str:
+    """The publication_names a decoding of the slot asks for: the slot's, and the inserts
+    publication where there is one."""
+    extra = inserts_publication(slot)
+    found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (extra,)).fetchone()
+    return f"{slot},{extra}" if found else slot
+
+
+def ensure_publication(
+    conn, name: str, schema: str, tables: list[str], publish: str | None = None
+) -> None:
+    """The publication of the captured tables (made again when it lists other tables); none
+    when there are none."""
+    if not tables:
+        drop_publication(conn, name)
+        return
     have = {
         r[0]
         for r in conn.execute(
@@ -89,8 +155,13 @@ def ensure_publication(conn, name: str, schema: str, tables: list[str]) -> None:
             sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(sql.Identifier(name), listed)
         )
     else:
+        only = (
+            sql.SQL(" WITH (publish = {})").format(sql.Literal(publish)) if publish else sql.SQL("")
+        )
         conn.execute(
-            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(name), listed)
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}{}").format(
+                sql.Identifier(name), listed, only
+            )
         )
 
 
@@ -143,7 +214,7 @@ def peek(conn, slot: str, upto: int | None, limit: int | None) -> Iterator[tuple
     rows = conn.execute(
         "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes"
         "(%s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s)",
-        (slot, None if upto is None else lsn_text(upto + 1), limit, slot),
+        (slot, None if upto is None else lsn_text(upto + 1), limit, publications(conn, slot)),
     ).fetchall()
     for lsn, data in rows:
         yield lsn_int(lsn), decoder.feed(bytes(data))

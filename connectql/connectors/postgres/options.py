@@ -26,6 +26,15 @@ SOURCE_OPTIONS = shared.source_option_set(
     "cdc: advance the slot this often while no captured table changes, so a quiet table does"
     " not hold back the server's WAL",
     Option(
+        "keyless",
+        default="refuse",
+        choices=("refuse", "inserts"),
+        doc="cdc: a table without a primary key or other replica identity (PostgreSQL refuses"
+        " its UPDATE and DELETE once it is published for change capture): 'refuse' it at"
+        " CREATE, naming it, or capture only its 'inserts' (through a second publication that"
+        " publishes inserts alone; its updates and deletes are not captured)",
+    ),
+    Option(
         "slot.name",
         doc="cdc: logical replication slot, created if absent (dropped by DROP CONNECTOR);"
         " default connectql_<connector>",

@@ -35,6 +35,7 @@ class ReaderConfig(TableConfig):
     """A PostgreSQL source's settings: the table reader's plus its replication slot."""
 
     slot: str = ""
+    keyless: str = "refuse"  # a table without replica identity: refused, or its inserts only
     checkpoint: str = ""  # the query's checkpoint directory (the change log spool is beside)
 
     def relation(self) -> str:
@@ -77,7 +78,13 @@ class PostgresSource(PostgresTables, TableSource):
 
     def settings(self) -> dict:
         slot = self.slot_of(self.connector)
-        return {**super().settings(), "slot": slot, "checkpoint": self.checkpoint}
+        keyless = self.options.get("keyless") or "refuse"
+        return {
+            **super().settings(),
+            "slot": slot,
+            "keyless": keyless,
+            "checkpoint": self.checkpoint,
+        }
 
     def slot_of(self, connector: str) -> str:
         """The replication slot (and publication) of the connector of that name."""
@@ -96,6 +103,7 @@ class PostgresSource(PostgresTables, TableSource):
                 for what, done in (
                     ("replication slot", cdc.drop_slot(conn, slot)),
                     ("publication", cdc.drop_publication(conn, slot)),
+                    ("publication", cdc.drop_publication(conn, cdc.inserts_publication(slot))),
                 )
                 if done
             ]
@@ -119,7 +127,10 @@ class PostgresSource(PostgresTables, TableSource):
         return self.cfg.for_table(table).relation()
 
     def log_start(self, conn) -> int:
-        return cdc.ensure_slot(conn, self.cfg.slot, self.cfg.schema, self.tables_read)
+        cfg = self.cfg
+        return cdc.ensure_slot(
+            conn, cfg.slot, cfg.schema, self.tables_read, cfg.keyless, self.where
+        )
 
     def log_now(self, conn) -> int:
         """While streaming: as far as the tailer has spooled (a batch never ends beyond)."""

@@ -4,6 +4,7 @@ primary key, looked up at CREATE (unsupported types and missing tables are named
 from __future__ import annotations
 
 from connectql.connectors.multitable import matching
+from connectql.connectors.postgres.cdc import keyless_refused, unidentified
 from connectql.connectors.postgres.client import connect
 from connectql.connectors.postgres.types import spark_type
 from connectql.connectors.relational import declared
@@ -105,7 +106,12 @@ def discover(cfg, cdc: bool, where: str) -> list[Table]:
     with connect(cfg.connection, autocommit=True) as conn:
         if cdc:
             check_logical_decoding(conn, cfg.connection.get("user"), where)
-        return [describe_source(conn, cfg.for_table(t)) for t in tables_of(conn, cfg, where)]
+        found = tables_of(conn, cfg, where)
+        if cdc and cfg.keyless != "inserts" and not cfg.query:
+            without = unidentified(conn, cfg.schema, [cfg.for_table(t).table for t in found])
+            if without:
+                raise PlanError(keyless_refused(where, cfg.schema, without))
+        return [describe_source(conn, cfg.for_table(t)) for t in found]
 
 
 def tables_of(conn, cfg, where: str) -> list[str | None]:

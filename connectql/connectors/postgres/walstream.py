@@ -18,7 +18,7 @@ import time
 from bisect import bisect_right
 from pathlib import Path
 
-from connectql.connectors.postgres.cdc import type_names
+from connectql.connectors.postgres.cdc import publications, type_names
 from connectql.connectors.postgres.client import connect, connect_error, libpq_params
 from connectql.connectors.postgres.pgoutput import Begin, Change, Commit, Decoder
 from connectql.connectors.relational.tablereader import Window
@@ -174,15 +174,16 @@ class Tailer:
                 self.error = ConnectQLError(f"postgres change log stream: {e}")
 
     def _follow(self, decoder: Decoder, sql) -> None:
+        names = publications(sql, self.cfg.slot)
         conn = replication_connection(self.cfg.connection)
         try:
             cur = conn.cursor()
-            self._start(cur)
+            self._start(cur, names)
             self._loop(cur, decoder, sql)
         finally:
             conn.close()
 
-    def _start(self, cur) -> None:
+    def _start(self, cur, names: str) -> None:
         """START_REPLICATION; while the connection of a process that died still holds the slot
         (the server has not noticed yet), wait a little for it."""
         import psycopg2.errors
@@ -194,7 +195,7 @@ class Tailer:
                     slot_name=self.cfg.slot,
                     decode=False,
                     start_lsn=self.start,
-                    options={"proto_version": "1", "publication_names": self.cfg.slot},
+                    options={"proto_version": "1", "publication_names": names},
                 )
                 return
             except psycopg2.errors.ObjectInUse:

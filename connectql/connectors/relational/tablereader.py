@@ -178,7 +178,8 @@ class TableSource(Source):
 
     @property
     def where(self) -> str:
-        return f"{self.database} source"
+        named = f" '{self.connector}'" if self.connector else ""
+        return f"{self.database} source{named}"
 
     # ---------------------------------------------------------------- configuration
     def settings(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ COLUMNS = """
   x xml, bt bit(3), vb varbit, en mood, ia int[], ta text[], tza timestamptz[],
   bya bytea[], ipa inet[], na numeric(10,2)[], big text, bigj jsonb, bigb bytea,
   t3 timestamp(3), ttz timetz, tz0 timestamptz(0), ena mood[], ci citext, bt8 bit(8),
-  vb4 varbit(4), vc3 varchar(3)[]"""
+  vb4 varbit(4), vc3 varchar(3)[], mac8 macaddr8"""
 TYPES = dict(c.split(maxsplit=1) for c in " ".join(COLUMNS.split()).split(", "))
 TYPES["id"] = "int"
 NAMES = list(TYPES)
@@ -67,6 +67,7 @@ def rows() -> list[dict]:
             "ip": "10.0.0.1",
             "cd": "10.1.0.0/16",
             "mac": "08:00:2b:01:02:03",
+            "mac8": "08:00:2b:01:02:03:04:05",
             "x": "<a>x &amp; y</a>",
             "bt": "101",
             "vb": "1",

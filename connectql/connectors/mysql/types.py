@@ -102,7 +102,8 @@ def spark_type(c: Column) -> str | None:
         return INTEGERS[t][c.unsigned]
     if t in ("decimal", "numeric"):
         precision, scale = (c.args + [10, 0][len(c.args) :])[:2]
-        return f"DECIMAL({precision},{scale})" if precision <= MAX_DECIMAL_PRECISION else None
+        # wider than Spark's decimals: its exact text (the declared type travels with it)
+        return f"DECIMAL({precision},{scale})" if precision <= MAX_DECIMAL_PRECISION else "STRING"
     if t == "float":
         return "FLOAT"
     if t == "double":
@@ -296,7 +297,7 @@ def _binary(value, c: Column) -> bytes:
 
 def _text(value, c: Column) -> str:
     if isinstance(value, dt.timedelta):  # TIME
-        return _time_text(value, (c.args or [0])[0])
+        return _time_text(_binlog_time(value), (c.args or [0])[0])
     if isinstance(value, (set, frozenset)):  # SET: members in definition order
         return ",".join(m for m in c.members if m in value)
     if c.data_type in FIXED_BYTES:  # bytes ('' when all zero)
@@ -306,6 +307,8 @@ def _text(value, c: Column) -> str:
         return bytes(value).decode("utf-8", errors="replace")
     if isinstance(value, (dict, list)):  # MySQL's binary JSON, decoded
         return json.dumps(value, separators=(", ", ": "))
+    if isinstance(value, Decimal):  # a DECIMAL wider than Spark's: as MySQL prints it
+        return f"{value:f}"
     return str(value)
 
 
@@ -324,13 +327,24 @@ def _address(raw: bytes, kind: str) -> str:
     return str(ipaddress.IPv6Address(raw))
 
 
+def _binlog_time(value: dt.timedelta) -> dt.timedelta:
+    """A TIME as it is. MySQL stores a negative TIME with a fraction as the whole seconds one
+    further from zero and the fraction counted back from there (-01:59:59.001 as -02:00:00
+    and +0.999); mysql-replication reads that as -(02:00:00 - 0.001) = -01:59:59.999: its
+    whole seconds are right, its fraction reversed."""
+    if value >= dt.timedelta(0) or not (-value).microseconds:
+        return value
+    size = -value
+    whole = dt.timedelta(days=size.days, seconds=size.seconds)
+    return -(whole + dt.timedelta(seconds=1) - (size - whole))
+
+
 def _time_text(value: dt.timedelta, fsp: int) -> str:
     """As MySQL prints a TIME of `fsp` fractional digits."""
-    total = value.days * 86400 + value.seconds
-    sign = "-" if total < 0 else ""
-    total = abs(total)
+    sign, size = ("-", -value) if value < dt.timedelta(0) else ("", value)
+    total = size.days * 86400 + size.seconds
     text = f"{sign}{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
-    return text + (f".{value.microseconds:06d}"[: fsp + 1] if fsp else "")
+    return text + (f".{size.microseconds:06d}"[: fsp + 1] if fsp else "")
 
 
 def _bit(value) -> int:

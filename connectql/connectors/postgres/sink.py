@@ -64,7 +64,8 @@ WHERE a.atttypid IS DISTINCT FROM c.ours::regtype AND NOT EXISTS (SELECT 1 FROM 
 # column of another category (uuid, jsonb, inet, interval, an enum, ...: casts from text are
 # explicit), and numeric(38,18) staged for an unconstrained numeric (its trailing zeros trimmed)
 _CASTS = """
-SELECT c.name, format_type(a.atttypid, a.atttypmod), a.atttypid = 'numeric'::regtype
+SELECT c.name, format_type(a.atttypid, a.atttypmod),
+  a.atttypid = 'numeric'::regtype AND c.ours LIKE 'numeric(%%'
 FROM unnest(%s::text[], %s::text[]) AS c(name, ours)
 JOIN pg_attribute a ON a.attrelid = %s::regclass AND a.attname = c.name
   AND a.attnum > 0 AND NOT a.attisdropped

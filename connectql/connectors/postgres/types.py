@@ -49,6 +49,7 @@ _SIMPLE = {
     "inet": "STRING",
     "cidr": "STRING",
     "macaddr": "STRING",
+    "macaddr8": "STRING",
     "interval": "STRING",
     "date": "DATE",
     "bytea": "BINARY",
@@ -88,7 +89,8 @@ def spark_type(pg_type: str, is_enum: bool = False) -> str | None:
     m = _NUMERIC.match(pg_type)
     if m:
         precision, scale = int(m.group(1)), int(m.group(2))
-        return f"DECIMAL({precision},{scale})" if precision <= MAX_DECIMAL_PRECISION else None
+        # wider than Spark's decimals: its exact text (the declared type travels with it)
+        return f"DECIMAL({precision},{scale})" if precision <= MAX_DECIMAL_PRECISION else "STRING"
     return next((t for p, t in _PATTERNS if p.match(pg_type)), None)
 
 
@@ -208,11 +210,11 @@ def created_type(field) -> tuple[str, tuple[str, ...]] | None:
         same = spark_type(d.type, bool(d.labels)) == ours
         return (d.type, d.labels) if same else None
     if d.kind == "mysql":
-        m = re.match(r"^(\w+)(?:\((\d+)[,)])?", d.type.lower())
+        m = re.match(r"^(\w+)(?:\((\d+)(?:,(\d+))?\))?", d.type.lower())
         rule = _FROM_MYSQL.get(m.group(1)) if m else None
         if rule is None or rule[1] != ours:
             return None
-        return rule[0].format(n=m.group(2) or 0), ()
+        return rule[0].format(n=m.group(2) or 0, s=m.group(3) or 0), ()
     return None
 
 
@@ -226,6 +228,7 @@ _FROM_MYSQL = {
     "datetime": ("timestamp({n}) without time zone", "TIMESTAMP_NTZ"),
     "timestamp": ("timestamp({n}) with time zone", "TIMESTAMP"),
     "year": ("smallint", "INT"),
+    "decimal": ("numeric({n},{s})", "STRING"),  # wider than 38 digits: carried as its text
     "uuid": ("uuid", "STRING"),
     "inet4": ("inet", "STRING"),
     "inet6": ("inet", "STRING"),

@@ -118,7 +118,10 @@ def test_bad_records_are_set_apart_with_record_and_line(s3server, bucket):  # no
     assert [r["id"] for c in found for r in c.batch.to_pylist()] == [0, 1]
     assert [n for c in found for n in c.numbers.to_pylist()] == [0, 2]
     bad = [b for c in found for b in c.bad]
-    assert [(b.record, b.line, b.raw) for b in bad] == [(1, 3, b"{not json"), (3, 5, b'{"id": "x"}')]
+    assert [(b.record, b.line, b.raw) for b in bad] == [
+        (1, 3, b"{not json"),
+        (3, 5, b'{"id": "x"}'),
+    ]
     assert all(b.error for b in bad)
 
 

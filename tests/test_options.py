@@ -249,7 +249,7 @@ def test_sink_refusals_and_alter_initial_state(worker, tmp_path):
             " 'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'dl')",
         )
     # s3's is a toolkit sink that rejects no row: nothing would become a dead letter
-    with pytest.raises(ConnectQLError, match="s3 sink refuses errors.tolerance = 'all'"):
+    with pytest.raises(ConnectQLError, match="s3 sink 'o' refuses errors.tolerance = 'all'"):
         run(
             worker,
             "CREATE SINK CONNECTOR o TO s3 FROM s WITH (bucket = 'b', 'errors.tolerance' = 'all',"
@@ -534,6 +534,8 @@ AUDIT |= {
 _SOURCES = "test_source_options.py::"
 AUDIT |= {
     "postgres source slot.name": _SOURCES + "test_postgres_slot_name_and_heartbeat",
+    "postgres source keyless": "test_postgres_keyless.py::"
+    + "test_keyless_inserts_captures_their_inserts_and_the_application_writes_on",
     "postgres source heartbeat.interval.ms": _SOURCES + "test_postgres_slot_name_and_heartbeat",
     **{
         f"mysql source {key}": _SOURCES + "test_mysql_timestamp_column_server_id_and_heartbeat"

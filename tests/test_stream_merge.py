@@ -269,3 +269,42 @@ def _merge_files(stream: Path) -> tuple[set[str], set[str]]:
         return set(), set()
     logged = {Path(f).name for f in _merged(stream)}
     return logged, {f.name for f in stream.glob("merged-*.parquet")} - logged
+
+
+def test_a_toolkit_sources_timestamps_dates_and_nested_values_merge_and_expire(worker, tmp_path):
+    """A Python source's TIMESTAMP (microseconds, UTC) and DATE columns merge with the files of
+    the same stream, and the merged file keeps every value; then the stream expires whole."""
+    run(worker, "SET stream.retention.check.interval = '1 hour'")  # passes run here by hand
+    run(worker, "CREATE STREAM t WITH ('merge.target.bytes' = '1 MB')")
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR g FROM datagen INTO t WITH ('rows.total' = 600, run = 'once',"
+        " 'batch.max.records' = 50, fields = 'id BIGINT SEQUENCE, ts TIMESTAMP NOW,"
+        " d DATE NOW, v DOUBLE RANDOM(0, 1)')",
+    )
+    worker.wait_for_once()
+    stream = worker.catalog.get_stream("t").path
+    query = "SELECT id, ts, d, v FROM t ORDER BY id, ts"
+    before = read_parquet_rows(stream, query)
+    assert len(before) == 600 and len(committed_files(stream)) >= MERGE_MIN_FILES
+    worker.retainer.run_once()
+    first = _merged(stream)
+    assert first, "no merge happened"
+    assert read_parquet_rows(stream, query) == before  # every value as it was
+    # more files beside the merged one (Spark's, INT96 timestamps), merged with it in turn
+    run(worker, "DROP CONNECTOR g")
+    run(
+        worker,
+        "CREATE SOURCE CONNECTOR g2 FROM datagen INTO t WITH ('rows.total' = 600, run = 'once',"
+        " 'batch.max.records' = 50, fields = 'id BIGINT SEQUENCE, ts TIMESTAMP NOW,"
+        " d DATE NOW, v DOUBLE RANDOM(0, 1)')",
+    )
+    worker.wait_for_once()
+    before = read_parquet_rows(stream, query)
+    worker.retainer.run_once()
+    assert set(_merged(stream)) - set(first), "no second merge happened"
+    assert read_parquet_rows(stream, query) == before
+    assert run(worker, "SELECT count(*) FROM t")[0].rows == [(1200,)]
+    run(worker, "ALTER STREAM t SET (retention = '1 millisecond')")
+    worker.retainer.run_once()
+    assert committed_files(stream) == []

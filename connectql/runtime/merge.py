@@ -58,12 +58,51 @@ def last_changes(key: tuple[str, ...], tombstones_before_ms: int) -> Keep:
 
 def _aligned(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The table with the merged file's columns: a column an older file lacks (added by schema
-    evolution) is null there, as Spark and DuckDB read it from the small file."""
+    evolution) is null there, as Spark and DuckDB read it from the small file; one stored in
+    another timestamp unit is cast to the merged one."""
     columns = [
-        table.column(f.name) if f.name in table.column_names else pa.nulls(len(table), f.type)
+        table.column(f.name).cast(f.type, safe=False)
+        if f.name in table.column_names
+        else pa.nulls(len(table), f.type)
         for f in schema
     ]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def in_micros(t: pa.DataType) -> pa.DataType:
+    """`t` with every timestamp in microseconds, nested ones too: Spark's own files hold
+    INT96 timestamps (read as nanoseconds), a Python source's microseconds, and one stream
+    holds both; Spark reads either as its microsecond TIMESTAMP."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", t.tz)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(in_micros(f.type)) for f in t])
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(in_micros(t.value_type)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(in_micros(t.value_type)))
+    if pa.types.is_map(t):
+        key, item = t.key_field, t.item_field
+        return pa.map_(key.with_type(in_micros(key.type)), item.with_type(in_micros(item.type)))
+    return t
+
+
+def merged_schema(files: list[str]) -> pa.Schema:
+    """The schema the files' records are merged into: theirs unified, timestamps in
+    microseconds, and a timestamp column some file holds with a zone (UTC) zoned in all (an
+    INT96 file reads without one, its values UTC all the same)."""
+    schemas = [pq.read_schema(f).remove_metadata() for f in files]
+    zones = {
+        f.name: f.type.tz for s in schemas for f in s if pa.types.is_timestamp(f.type) and f.type.tz
+    }
+
+    def field(f: pa.Field) -> pa.Field:
+        t = in_micros(f.type)
+        if pa.types.is_timestamp(t) and f.name in zones:
+            t = pa.timestamp("us", zones[f.name])
+        return f.with_type(t)
+
+    return pa.unify_schemas([pa.schema([field(f) for f in s]) for s in schemas])
 
 
 def _tables(files: list[str], schema: pa.Schema, keep: Keep | None):
@@ -80,7 +119,7 @@ def write_merged(stream: Path, files: list[str], name: str, keep: Keep | None = 
     aside, then moved in: unlisted until the log names it). Row groups of about
     ROW_GROUP_BYTES, as the stream writer makes them, so a sink's read splits a big file
     between tasks."""
-    schema = pa.unify_schemas([pq.read_schema(f).remove_metadata() for f in files])
+    schema = merged_schema(files)
     tmp = stream / f".{name}.{os.getpid()}.tmp"
     pending: list[pa.Table] = []
     with pq.ParquetWriter(

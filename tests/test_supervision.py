@@ -82,6 +82,9 @@ def test_a_source_that_fails_three_times_then_succeeds_is_running(worker, tmp_pa
         what="rows after the fix",
     )
     wait_until(lambda: worker.catalog.get_connector("p").state == "RUNNING", what="RUNNING")
+    # healed: last_error is cleared once a batch succeeds; the history keeps each error
+    wait_until(lambda: worker.catalog.get_connector("p").last_error is None, what="no error")
+    assert all(e[3] for e in events(worker, "p") if e[1] == "RESTARTING")
 
 
 def test_pause_keeps_the_offset_and_resume_delivers_the_rest(worker):

@@ -399,6 +399,14 @@ class Catalog:
                 )
             return current
 
+    def clear_error(self, name: str) -> None:
+        """A running connector's batch succeeded: its last_error is history (connector_events
+        keeps it). Read first, so that a batch changes nothing when there is none."""
+        with self.lock:
+            found = self.query("SELECT last_error FROM connectors WHERE name = ?", [name])[1]
+            if found and found[0][0] is not None:
+                self.con.execute("UPDATE connectors SET last_error = NULL WHERE name = ?", [name])
+
     def fail_table(self, name: str, table: str, error: str) -> bool:
         """Record that `table` of source `name` stopped on `error`; False if it had already.
         (`last_error` is set with the state change that follows.)"""

@@ -86,8 +86,11 @@ class Supervisor:
             self.last_data[name] = time.monotonic()
         cat = self.worker.catalog
         with cat.lock:
-            if cat.state_of(name) == states.STALLED:
+            state = cat.state_of(name)
+            if state == states.STALLED:
                 cat.set_state(name, states.RUNNING, "progress resumed")
+            if state in (states.STALLED, states.RUNNING):  # a batch succeeded: healed
+                cat.clear_error(name)
 
     def terminated(self, name: str, error: str | None, stopped: bool) -> None:
         cat = self.worker.catalog

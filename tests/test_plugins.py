@@ -29,12 +29,13 @@ picky = tests.toolkit_connectors:PICKY
 growing = tests.toolkit_connectors:GROWING
 keyed = tests.toolkit_connectors:KEYED
 shelf = tests.toolkit_connectors:SHELF
+greedy = tests.toolkit_connectors:GREEDY
 """
 
 
 @pytest.fixture
 def plugins(tmp_path):
-    """An installed package (its metadata on sys.path) that declares nine entry points."""
+    """An installed package (its metadata on sys.path) that declares ten entry points."""
     site = tmp_path / "site"
     meta = site / "fake_plugins-1.2.3.dist-info"
     meta.mkdir(parents=True)
@@ -58,6 +59,9 @@ def test_broken_plugins_are_listed_with_why_and_refused_at_create_only(plugins):
         "json:dumps is a function, not a Connector"
         in listed[("notone", "fake-plugins 1.2.3")].problem
     )
+    greedy = listed[("greedy", "fake-plugins 1.2.3")]
+    assert not greedy.installed
+    assert "its source declares stream, which connectql gives every source" in greedy.problem
     clash = listed[("postgres", "fake-plugins 1.2.3")].problem
     assert clash == "the type name 'postgres' is taken by built-in; this one is ignored"
     assert registry.lookup("postgres").origin == "built-in"  # the built-in keeps its name

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StructType
 
-from connectql.errors import PermanentError
+from connectql.errors import ConnectQLError, PermanentError
 from connectql.runtime.engine import field_lag, lag
 from connectql.runtime.riders import TOOLKIT, make_rider
 from connectql.toolkit.spark import STREAM_KEY_KEY, Pacer, StreamWriter, spark_options
@@ -263,3 +263,14 @@ def test_lag_bytes_is_latest_minus_end_of_its_key_whatever_lag_the_source_report
     assert lag(end, '{"done": 3, "bytes": 1000}', "done") == 2
     assert field_lag(end, latest, None) is None and field_lag(None, latest, "bytes") is None
     assert field_lag(end, '{"done": 3}', "bytes") is None  # a key the offset lacks
+
+
+def test_options_of_gives_a_hand_made_source_its_options_as_connectql_would():
+    from connectql.toolkit.testing import options_of
+    from tests.toolkit_connectors import Counter
+
+    opts = options_of(Counter, {"count": "3"})
+    assert opts["count"] == 3 and opts["bad"] == 0 and opts["tasks.max"] == 1
+    assert Counter(opts).options["count"] == 3
+    with pytest.raises(ConnectQLError, match="did you mean 'count'"):
+        options_of(Counter, {"cuont": 3})

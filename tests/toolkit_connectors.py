@@ -338,3 +338,12 @@ GROWING = Connector("growing", "numbered records that gain a column", source=Gro
 SHELVES = Connector("shelves", "numbered test records in two tables", source=Shelves)
 KEYED = Connector("keyed", "numbered records with a key", source=Keyed, sink=Opened)
 SHELF = Connector("shelf", "JSON files, a folder per stream", sink=Shelf)
+
+
+class Greedy(Counter):
+    """Declares `stream`, which connectql owns."""
+
+    options = (*Counter.options, Option("stream", doc="where the records go"))
+
+
+GREEDY = Connector("greedy", "a source that declares stream", source=Greedy)

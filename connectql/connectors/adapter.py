@@ -53,6 +53,24 @@ STREAMS = Option(
 )
 
 
+OWNED = ("connector", "stream", STREAMS.name)  # options the planner reads itself
+
+
+def reserved(connector: Connector) -> list[str]:
+    """The options a connector declares that connectql owns (`stream`, ...): declared again,
+    every CREATE would meet them twice. (A common option such as tasks.max may be declared
+    again, with a default of the connector's own.)"""
+    found = []
+    for kind, cls in (("source", connector.source), ("sink", connector.sink)):
+        names = [o.name for o in getattr(cls, "options", ()) if o.name in OWNED]
+        if names:
+            found.append(
+                f"its {kind} declares {', '.join(names)}, which connectql gives every {kind}"
+                " (rename them)"
+            )
+    return found
+
+
 def _sink_options(sink) -> dict[str, Option]:
     """A sink's options: the common ones, streams (when it writes several), its own."""
     return _options(SINK_COMMON, *((STREAMS,) if sink.several else ()), *sink.options)
@@ -180,9 +198,13 @@ def plan_sink(
 
 def _call(where: str, fn, *args):
     """fn(*args); an error that is not connectql's own becomes a PlanError naming `where`."""
+    from connectql.toolkit.source import Retryable
+
     try:
         return fn(*args)
     except ConnectQLError:
         raise
+    except Retryable as e:  # the toolkit's own: its message is meant for the user as it is
+        raise PlanError(f"{where}: {e}") from None
     except Exception as e:
         raise PlanError(f"{where}: {type(e).__name__}: {e}") from None

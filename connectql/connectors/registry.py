@@ -88,7 +88,7 @@ def _origin(ep: EntryPoint) -> str:
 
 def _from_entry_point(ep: EntryPoint) -> Plugin:
     """The plugin an entry point names, or a broken one that says what is wrong with it."""
-    from connectql.connectors.adapter import plugin_of
+    from connectql.connectors.adapter import plugin_of, reserved
     from connectql.toolkit.connector import Connector
 
     origin, name = _origin(ep), ep.name.lower()
@@ -98,7 +98,7 @@ def _from_entry_point(ep: EntryPoint) -> Plugin:
         return _broken(name, origin, f"cannot import {ep.value}: {type(e).__name__}: {e}")
     if not isinstance(value, Connector):
         return _broken(name, origin, f"{ep.value} is a {type(value).__name__}, not a Connector")
-    problems = value.problems()
+    problems = value.problems() + reserved(value)
     if value.type != name:
         problems.append(
             f"the entry point is named '{name}' but the connector's type is {value.type!r}"

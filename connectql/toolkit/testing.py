@@ -9,7 +9,8 @@ and resume it from its checkpoint, replay its last batch, the way connectql runs
                                     # run.rows("books"), each table's rows)
 
 SinkRun feeds a sink the same way (add(rows) puts the next micro-batch's rows in its input);
-StreamsSinkRun feeds a sink of several streams (add(stream, rows)).
+StreamsSinkRun feeds a sink of several streams (add(stream, rows)). options_of(cls, given)
+gives the options connectql would make a Source or Sink with, defaults filled in.
 
 The classes must be importable by module name (not defined in __main__): Spark's Python
 processes rebuild them from "module:Qualname"."""
@@ -36,8 +37,11 @@ def session():
     return get_session()
 
 
-def _validated(cls, options: dict[str, Any]) -> dict[str, Any]:
-    return validate({o.name: o for o in cls.options}, options, cls.__name__)
+def options_of(cls, given: dict[str, Any]) -> dict[str, Any]:
+    """The options a Source or Sink class is made with: `given` checked against its declared
+    options, their defaults filled in, as connectql does at CREATE. For a test that makes one
+    by hand: `MySource(options_of(MySource, {"url": ...}))`."""
+    return validate({o.name: o for o in cls.options}, given, cls.__name__)
 
 
 class _Run:
@@ -105,7 +109,7 @@ class SourceRun(_Run):
 
     def __init__(self, cls, options: dict[str, Any], workdir, max_records: int | None = None):
         super().__init__(workdir)
-        self.cls, self.options = cls, _validated(cls, options)
+        self.cls, self.options = cls, options_of(cls, options)
         self.max_records = max_records
         self.output = self.workdir / "output"
 
@@ -156,7 +160,7 @@ class SinkRun(_Run):
         self, cls, options: dict[str, Any], workdir, schema: pa.Schema, dead_letters=False
     ):
         super().__init__(workdir)
-        self.cls, self.options, self.schema = cls, _validated(cls, options), schema
+        self.cls, self.options, self.schema = cls, options_of(cls, options), schema
         self.input = self.workdir / "input"
         self.input.mkdir(parents=True, exist_ok=True)
         self.deadletter = self.workdir / "deadletters" if dead_letters else None

@@ -406,6 +406,7 @@ def test_file_header_and_files_per_trigger(worker, tmp_path):
 # tasks.max), "SET <key>" for a worker setting. A new option needs a row here, naming
 # "test_file.py::test_name"; test_every_option_has_a_test_that_observes_it checks that.
 AUDIT = {
+    "call.timeout.ms": "test_plugins.py::test_a_plugin_call_that_hangs_fails_its_statement_and_nothing_else",
     "connector": "test_planner.py::test_type_and_stream_may_come_from_with",
     "stream": "test_planner.py::test_type_and_stream_may_come_from_with",
     "tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",

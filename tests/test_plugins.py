@@ -30,12 +30,13 @@ growing = tests.toolkit_connectors:GROWING
 keyed = tests.toolkit_connectors:KEYED
 shelf = tests.toolkit_connectors:SHELF
 greedy = tests.toolkit_connectors:GREEDY
+hanging = tests.toolkit_connectors:HANGING
 """
 
 
 @pytest.fixture
 def plugins(tmp_path):
-    """An installed package (its metadata on sys.path) that declares ten entry points."""
+    """An installed package (its metadata on sys.path) that declares eleven entry points."""
     site = tmp_path / "site"
     meta = site / "fake_plugins-1.2.3.dist-info"
     meta.mkdir(parents=True)
@@ -330,3 +331,32 @@ def test_a_sink_of_several_streams_writes_each_as_a_sink_of_its_own(plugins, wor
     assert set(by_key) == {("id",), ()} and by_key[("id",)] != by_key[()]
     assert {connector for _w, _e, connector, _k, _n in seen} == {"o"}
     assert {n for n, _pid in map(json.loads, rounds.read_text().splitlines())} == {2}
+
+
+def test_a_plugin_call_that_hangs_fails_its_statement_and_nothing_else(plugins, worker):
+    """check() never returns: CREATE fails after call.timeout.ms naming the plugin and the
+    call, nothing is created, and the worker goes on (another CREATE, SHOW)."""
+    import time
+
+    from tests.toolkit_connectors import HANG
+
+    HANG.clear()
+    try:
+        began = time.monotonic()
+        with pytest.raises(PlanError) as refused:
+            run(
+                worker,
+                "CREATE SOURCE CONNECTOR h FROM hanging INTO s WITH (count = 3,"
+                " 'call.timeout.ms' = 1500)",
+            )
+        assert time.monotonic() - began < 30
+        text = str(refused.value)
+        assert (
+            "hanging source 'h'" in text and "Hanging.check() did not return within 1500 ms" in text
+        )
+        assert worker.catalog.connectors() == []
+        run(worker, "CREATE SOURCE CONNECTOR c FROM counter INTO n WITH (count = 3, run = 'once')")
+        worker.wait_for_once()
+        assert [e.name for e in worker.catalog.connectors()] == ["c"]
+    finally:
+        HANG.set()  # the hung call returns and its thread ends

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from itertools import pairwise
 from pathlib import Path
 
@@ -347,3 +348,16 @@ class Greedy(Counter):
 
 
 GREEDY = Connector("greedy", "a source that declares stream", source=Greedy)
+
+HANG = threading.Event()  # set to let a Hanging source's check return
+
+
+class Hanging(Counter):
+    """A check that does not return until HANG is set (a broker client that reconnects for
+    ever)."""
+
+    def check(self) -> None:
+        HANG.wait(600)
+
+
+HANGING = Connector("hanging", "a source whose check hangs", source=Hanging)

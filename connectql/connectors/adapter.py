@@ -3,7 +3,9 @@ and writers on the toolkit's Spark data source."""
 
 from __future__ import annotations
 
+import functools
 import json
+import threading
 from typing import Any
 
 from connectql.config import Option
@@ -119,47 +121,48 @@ def plan_source(connector: Connector, opts: dict[str, Any], name: str = "") -> R
     from connectql.toolkit.spark import MAX_RECORDS_KEY, spark_options
 
     where = f"{connector.type} source" + (f" '{name}'" if name else "")
-    source = _call(where, connector.source, opts)
+    call = _bounded(opts)
+    source = call(where, connector.source, opts)
     source.connector = name  # as when it runs (toolkit/spark.py): CREATE's calls know it too
-    _call(where, source.check)
+    call(where, source.check)
     if opts.get("run") == "once":
-        _call(where, source.available_now)
+        call(where, source.available_now)
     options = spark_options(connector.source, opts, _secret(connector.source.options))
     if opts.get("batch.max.records"):
         options[MAX_RECORDS_KEY] = str(opts["batch.max.records"])
     return ReaderSpec(
         "connectql_toolkit",
         options,
-        discover=lambda: _found(where, source),
+        discover=lambda: _found(where, source, call),
         lag_field=connector.source.lag_field,
         lag_bytes_field=connector.source.lag_bytes_field,
-        count_rows=lambda: _call(where, source.total_records),
+        count_rows=lambda: call(where, source.total_records),
         secret_options=_hidden(options),
         # one table's records that do not parse travel in this column; several tables' are
         # packed (multitable.with_tables_schemas takes the column away)
         corrupt_column=DEAD_LETTER_COLUMN if opts.get("errors.tolerance") == "all" else None,
-        endpoint=_call(where, source.endpoint),
+        endpoint=call(where, source.endpoint),
         packs=True,
     )
 
 
-def _found(where: str, source) -> list[Found]:
+def _found(where: str, source, call) -> list[Found]:
     """What the source reads: its tables, or its one table's schema and key."""
     from connectql.toolkit.spark import ddl
 
-    tables = _tables(where, source)
+    tables = _tables(where, source, call)
     if tables:
         return tables
-    schema = _call(where, ddl, _call(where, source.schema))
-    return [Found(None, schema, tuple(_call(where, source.key)))]
+    schema = _call(where, ddl, call(where, source.schema))
+    return [Found(None, schema, tuple(call(where, source.key)))]
 
 
-def _tables(where: str, source) -> list[Found]:
+def _tables(where: str, source, call) -> list[Found]:
     """A several-table source's tables as the planner takes them (none: one table)."""
     from connectql.toolkit.source import Table
     from connectql.toolkit.spark import ddl
 
-    found = _call(where, source.tables) or []
+    found = call(where, source.tables) or []
     if any(not isinstance(t, Table) for t in found):
         raise PlanError(f"{where}: tables() returns connectql.toolkit.Table values")
     names = [t.name for t in found]
@@ -180,7 +183,8 @@ def plan_sink(
             f"{where} refuses errors.tolerance = 'all': it rejects no record it is given, so a"
             " record it cannot write fails the batch whatever the option says"
         )
-    sink = _call(where, connector.sink, opts)
+    call = _bounded(opts)
+    sink = call(where, connector.sink, opts)
     sink.connector = name
     sink.stream_key = tuple(stream.key_columns) if stream is not None else ()
     options = spark_options(connector.sink, opts, _secret(connector.sink.options))
@@ -189,15 +193,48 @@ def plan_sink(
         "connectql_toolkit",
         options,
         secret_options=_hidden(options),
-        check=lambda struct: _call(where, sink.check, described_schema(struct)),
-        unused=tuple(_call(where, sink.unread_columns)),
-        interval_ms=_call(where, sink.flush_interval_ms),
-        endpoint=_call(where, sink.endpoint),
+        check=lambda struct: call(where, sink.check, described_schema(struct)),
+        unused=tuple(call(where, sink.unread_columns)),
+        interval_ms=call(where, sink.flush_interval_ms),
+        endpoint=call(where, sink.endpoint),
     )
 
 
-def _call(where: str, fn, *args):
-    """fn(*args); an error that is not connectql's own becomes a PlanError naming `where`."""
+def _bounded(opts: dict[str, Any]):
+    """_call with the connector's call.timeout.ms."""
+    limit = opts.get("call.timeout.ms")
+    return functools.partial(_call, limit_ms=limit) if limit else _call
+
+
+def _call(where: str, fn, *args, limit_ms: int | None = None):
+    """fn(*args); an error that is not connectql's own becomes a PlanError naming `where`.
+    With `limit_ms`, a call that has not returned by then fails the statement instead (a
+    plugin's code that hangs must not hold the worker; its thread is left to end by itself)."""
+    if not limit_ms:
+        return _plain(where, fn, *args)
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            outcome["value"] = _plain(where, fn, *args)
+        except BaseException as e:  # noqa: BLE001 (raised on the caller's thread)
+            outcome["error"] = e
+
+    thread = threading.Thread(target=call, name=f"connectql-call-{where}", daemon=True)
+    thread.start()
+    thread.join(limit_ms / 1000)
+    if thread.is_alive():
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "a call")
+        raise PlanError(
+            f"{where}: {name}() did not return within {limit_ms} ms (call.timeout.ms); the"
+            " statement is refused and nothing was created"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _plain(where: str, fn, *args):
     from connectql.toolkit.source import Retryable
 
     try:

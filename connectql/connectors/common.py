@@ -63,6 +63,14 @@ SOURCE_COMMON = {
             doc="wait before the first restart; doubles per attempt up to 60000",
         ),
         Option(
+            "call.timeout.ms",
+            "int",
+            30000,
+            doc="toolkit connectors: how long a call to the connector's own code at CREATE,"
+            " ALTER, EXPLAIN or a start (its check, tables, schema, ...) may take before the"
+            " statement fails naming the call; the worker and other connectors go on",
+        ),
+        Option(
             "stall.timeout.ms",
             "int",
             60000,

@@ -31,12 +31,13 @@ keyed = tests.toolkit_connectors:KEYED
 shelf = tests.toolkit_connectors:SHELF
 greedy = tests.toolkit_connectors:GREEDY
 hanging = tests.toolkit_connectors:HANGING
+acking = tests.toolkit_connectors:ACKING
 """
 
 
 @pytest.fixture
 def plugins(tmp_path):
-    """An installed package (its metadata on sys.path) that declares eleven entry points."""
+    """An installed package (its metadata on sys.path) that declares twelve entry points."""
     site = tmp_path / "site"
     meta = site / "fake_plugins-1.2.3.dist-info"
     meta.mkdir(parents=True)
@@ -360,3 +361,21 @@ def test_a_plugin_call_that_hangs_fails_its_statement_and_nothing_else(plugins, 
         assert [e.name for e in worker.catalog.connectors()] == ["c"]
     finally:
         HANG.set()  # the hung call returns and its thread ends
+
+
+def test_an_idle_source_acknowledges_its_last_batch(plugins, worker, tmp_path):
+    """The ack floor reaches the last record while the source is idle (Spark alone commits a
+    batch only when it plans the next), and a PAUSE acknowledges nothing twice."""
+    ack = tmp_path / "acks"
+    run(
+        worker,
+        f"CREATE SOURCE CONNECTOR a FROM acking INTO nums WITH (count = 10, acks = '{ack}',"
+        " 'batch.max.records' = 4, 'trigger.interval' = '500 milliseconds')",
+    )
+
+    def acked() -> list[int]:
+        return [int(n) for n in ack.read_text().split()] if ack.exists() else []
+
+    wait_until(lambda: acked()[-1:] == [10], timeout=60, what="the last batch acknowledged")
+    run(worker, "PAUSE CONNECTOR a")
+    assert acked() == [4, 8, 10]

@@ -274,3 +274,36 @@ def test_options_of_gives_a_hand_made_source_its_options_as_connectql_would():
     assert Counter(opts).options["count"] == 3
     with pytest.raises(ConnectQLError, match="did you mean 'count'"):
         options_of(Counter, {"cuont": 3})
+
+
+def acks(path) -> list[int]:
+    return [int(n) for n in path.read_text().split()] if path.exists() else []
+
+
+def test_commit_acknowledges_every_batch_once_including_the_last_and_at_a_stop(tmp_path):
+    """Spark commits a batch only when it plans the next; the toolkit also commits the batch
+    that ended where Spark next asks from, and at a stop the last one in the commit log: so
+    the ack floor reaches the last record, each end acknowledged once."""
+    from tests.toolkit_connectors import Acking
+
+    ack = tmp_path / "acks"
+    run = SourceRun(Acking, {"count": 10, "acks": str(ack)}, tmp_path / "a", max_records=4)
+    run.batches(1)  # stopped after one batch: its end acknowledged at the stop
+    assert acks(ack) == [4]
+    run.to_end()  # the rest, the last batch too, each end once
+    assert acks(ack) == [4, 8, 10]
+    assert sorted(r["id"] for r in run.rows()) == list(range(10))
+
+
+def test_a_commit_that_fails_is_retried_later_and_does_not_fail_the_data_path(tmp_path):
+    from tests.toolkit_connectors import Acking
+
+    ack, refuse = tmp_path / "acks", tmp_path / "refuse"
+    refuse.write_text("")
+    opts = {"count": 10, "acks": str(ack), "refuse": str(refuse)}
+    run = SourceRun(Acking, opts, tmp_path / "a", max_records=4)
+    run.to_end()  # every commit raises: the rows arrive all the same
+    assert sorted(r["id"] for r in run.rows()) == list(range(10)) and acks(ack) == []
+    refuse.unlink()
+    run.to_end()  # the next run acknowledges where the last one ended
+    assert acks(ack) == [10]

@@ -349,6 +349,28 @@ class Greedy(Counter):
 
 GREEDY = Connector("greedy", "a source that declares stream", source=Greedy)
 
+
+class Acking(Counter):
+    """Counter whose commit(end) writes the end it acknowledges to the file `acks` (a broker's
+    ack floor); `refuse`: a file whose existence makes commit raise Retryable."""
+
+    options = (
+        *Counter.options,
+        Option("acks", required=True, doc="a file each acknowledged end is appended to"),
+        Option("refuse", doc="a file: while it exists, commit raises Retryable"),
+    )
+    retries = 2
+
+    def commit(self, end):
+        refuse = self.options.get("refuse")
+        if refuse and os.path.exists(refuse):
+            raise Retryable("the broker does not answer")
+        with open(self.options["acks"], "a") as f:
+            f.write(f"{end['n']}\n")
+
+
+ACKING = Connector("acking", "numbered records acknowledged in a file", source=Acking)
+
 HANG = threading.Event()  # set to let a Hanging source's check return
 
 

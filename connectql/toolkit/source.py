@@ -210,7 +210,12 @@ class Source:
         raise NotImplementedError
 
     def commit(self, end: dict) -> None:
-        """Driver: every record up to `end` is in the stream (e.g. acknowledge, delete)."""
+        """Driver: every record up to `end` is durable in the stream (e.g. acknowledge, delete).
+        Called once per end, in order, as soon as the toolkit knows it: at the next trigger
+        (an idle source's last batch too), and at a stop or restart for the last batch in the
+        checkpoint's commit log. A later end covers the earlier ones, which may be skipped.
+        Raising Retryable retries it with backoff; any failure is logged and the
+        acknowledgement is tried again at the next end, never failing the data path."""
 
     def endpoint(self) -> str | None:
         """Driver, at CREATE and each start: where reads wait (e.g. 'host:port'), named when a

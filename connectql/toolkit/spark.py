@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -50,6 +52,8 @@ CONFIG_KEY = "connectql.toolkit.config"
 SECRET_PREFIX = "connectql.toolkit.secret."  # Spark redacts keys holding 'secret'
 MAX_RECORDS_KEY = "connectql.toolkit.max.records"
 STREAM_KEY_KEY = "connectql.toolkit.stream.key"  # a sink's stream's key columns, JSON
+
+log = logging.getLogger("connectql.toolkit")
 
 
 def spark_options(cls: type, options: dict[str, Any], secret: set[str]) -> dict[str, str]:
@@ -138,10 +142,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_now = False
         self._target: dict | None = None  # available-now: the latest offset when it started
         self._latest: dict | None = None
+        self._initial: dict | None = None  # where a new query started (nothing to commit)
+        self._committed: dict | None = None  # the last end source.commit took
         self.pacer = Pacer.of(source)
 
     def initialOffset(self) -> dict:
-        return retried(self.source, self.source.initial_offset)
+        self._initial = retried(self.source, self.source.initial_offset)
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
@@ -151,6 +158,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_now = True
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # Spark asks from `start` once the batch that ended there is in its commit log: durable
+        # in the stream, so the source may acknowledge it now (an idle source gets no other
+        # commit for its last batch, Spark committing a batch only when the next is planned)
+        self._durable(start)
         if self.source.plans_batches:  # where the next batch ends, the run's end too
             self._latest = retried(self.source, self.source.latest_offset, start)
             return self._latest
@@ -255,10 +266,39 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield pack(table, batch, schema)
 
     def commit(self, end: dict) -> None:
-        self.source.commit(end)
+        self._durable(end)
+
+    def _durable(self, end: dict) -> None:
+        """source.commit(end), once per end, retried while it raises Retryable; a failure is
+        logged and tried again at the next end, never failing the data path."""
+        if end == self._committed or end == self._initial or end is None:
+            return
+        try:
+            retried(self.source, self.source.commit, end)
+        except Exception as e:  # noqa: BLE001 (an acknowledgement is tried again later)
+            log.warning("%s: commit(%s) failed: %s", self.connector, json.dumps(end), e)
+            return
+        self._committed = end
 
     def stop(self) -> None:
-        self.source.close()
+        """At a stop (or a restart), the last batch in Spark's commit log is committed to the
+        source before it closes: its acknowledgement is not lost with the query."""
+        try:
+            self._durable(last_committed_end(self.source.checkpoint))
+        finally:
+            self.source.close()
+
+
+def last_committed_end(checkpoint: str) -> dict | None:
+    """The source's end offset of the newest batch in the query's commit log (None: none)."""
+    if not checkpoint:
+        return None
+    commits, offsets = Path(checkpoint) / "commits", Path(checkpoint) / "offsets"
+    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    if not done or not (offsets / str(max(done))).is_file():
+        return None
+    lines = (offsets / str(max(done))).read_text().splitlines()
+    return json.loads(lines[2]) if len(lines) > 2 and lines[2].strip() else None
 
 
 def _letter(letter: DeadLetter) -> dict:

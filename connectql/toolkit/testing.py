@@ -121,6 +121,7 @@ class SourceRun(_Run):
         )
         if self.max_records:
             options[MAX_RECORDS_KEY] = str(self.max_records)
+        options["connectql.checkpoint"] = str(self.checkpoint)
         source = self.cls(self.options)
         tables = source.tables()
         if tables:  # packed, as connectql sends several tables' rows

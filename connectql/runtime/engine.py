@@ -35,6 +35,8 @@ from connectql.runtime.riders import TOOLKIT, rider_spec
 from connectql.runtime.session import get_session
 from connectql.runtime.streamwriter import StreamWriter, writer_id
 from connectql.toolkit.packed import SCHEMAS_OPTION
+from connectql.toolkit.spark import FORMAT as TOOLKIT_FORMAT
+from connectql.toolkit.spark import commit_after_stop
 
 log = logging.getLogger("connectql.runtime")
 
@@ -412,11 +414,23 @@ class Engine:
         if stopper.is_alive():
             log.warning("query of %s is stuck in a call; it ends when the call returns", name)
             self.lingering[name] = stopper
+        else:
+            self._acknowledge_last(name)
         # report the end here: the listener's report can be minutes behind with many queries
         self._flush_progress(query)
         self._terminated(str(query.runId), None)
         self._await_report(name)  # the listener may have been first, and be reporting it
         return not stopper.is_alive()
+
+    def _acknowledge_last(self, name: str) -> None:
+        """A toolkit source's reader gets no call at a stop: commit its last durable batch."""
+        plan = self.plans.get(name)
+        if plan is None or plan.kind != "source" or plan.reader.format != TOOLKIT_FORMAT:
+            return
+        try:
+            commit_after_stop(plan.reader.options, plan.checkpoint, name)
+        except Exception:  # an acknowledgement is tried again at the next start
+            log.warning("connector %s: acknowledging its last batch failed", name, exc_info=True)
 
     def _await_report(self, name: str) -> None:
         """Wait (at most REPORT_WAIT_S) for a report of the query's end under way on another

@@ -119,6 +119,10 @@ class Source:
     #: by `available_now()`). batch.max.records and `records_per_second` do not apply, and
     #: `reported_latest` is given that end: return the newest offset there, for the lag.
     plans_batches: ClassVar[bool] = False
+    #: after its query stops, the last durable batch's end is committed on the driver by a
+    #: fresh instance (made from the options, `connector` and `checkpoint` set), unless
+    #: False (a source whose commit needs what its running reader holds)
+    commits_at_stop: ClassVar[bool] = True
     #: the tables of a several-table source stopped earlier by TableFailed (the toolkit sets it
     #: before any call): `read` need not read them, and what it yields of them is dropped
     failed: frozenset[str] = frozenset()
@@ -212,8 +216,8 @@ class Source:
     def commit(self, end: dict) -> None:
         """Driver: every record up to `end` is durable in the stream (e.g. acknowledge, delete).
         Called once per end, in order, as soon as the toolkit knows it: at the next trigger
-        (an idle source's last batch too), and at a stop or restart for the last batch in the
-        checkpoint's commit log. A later end covers the earlier ones, which may be skipped.
+        (an idle source's last batch too), and after a stop for the last batch in the
+        checkpoint's commit log (then on a fresh instance, see commits_at_stop). A later end covers the earlier ones, which may be skipped.
         Raising Retryable retries it with backoff; any failure is logged and the
         acknowledgement is tried again at the next end, never failing the data path."""
 

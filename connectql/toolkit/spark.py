@@ -269,24 +269,53 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._durable(end)
 
     def _durable(self, end: dict) -> None:
-        """source.commit(end), once per end, retried while it raises Retryable; a failure is
-        logged and tried again at the next end, never failing the data path."""
-        if end == self._committed or end == self._initial or end is None:
+        """source.commit(end) once the batch ending there is durable (acknowledge)."""
+        if end is None or end == self._committed or end == self._initial:
             return
-        try:
-            retried(self.source, self.source.commit, end)
-        except Exception as e:  # noqa: BLE001 (an acknowledgement is tried again later)
-            log.warning("%s: commit(%s) failed: %s", self.connector, json.dumps(end), e)
-            return
-        self._committed = end
+        if acknowledge(self.source, end, self.connector):
+            self._committed = end
 
     def stop(self) -> None:
-        """At a stop (or a restart), the last batch in Spark's commit log is committed to the
-        source before it closes: its acknowledgement is not lost with the query."""
-        try:
-            self._durable(last_committed_end(self.source.checkpoint))
-        finally:
-            self.source.close()
+        self.source.close()
+
+
+ACKED_FILE = "connectql_acknowledged.json"  # in the checkpoint: the last end source.commit took
+
+
+def acknowledge(source: Source, end: dict, name: str) -> bool:
+    """source.commit(end) unless the checkpoint says that end is acknowledged already (by the
+    reader's process, or the driver after a stop); retried while it raises Retryable. A
+    failure is logged and False returned: it is tried again at the next end."""
+    marker = Path(source.checkpoint) / ACKED_FILE if source.checkpoint else None
+    text = json.dumps(end, sort_keys=True)
+    if marker is not None and marker.is_file() and marker.read_text() == text:
+        return True
+    try:
+        retried(source, source.commit, end)
+    except Exception as e:  # noqa: BLE001 (an acknowledgement is tried again later)
+        log.warning("%s: commit(%s) failed: %s", name, text, e)
+        return False
+    if marker is not None:
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(marker)
+    return True
+
+
+def commit_after_stop(options, checkpoint: str, name: str) -> None:
+    """After a toolkit source's query stopped: commit the last batch in its commit log (the
+    reader's process gets no call at a stop), on a fresh instance of the source."""
+    end = last_committed_end(checkpoint)
+    if end is None:
+        return
+    source = connector_of(options)
+    if not isinstance(source, Source) or not source.commits_at_stop:
+        return
+    source.connector, source.checkpoint = name, checkpoint
+    try:
+        acknowledge(source, end, name)
+    finally:
+        source.close()
 
 
 def last_committed_end(checkpoint: str) -> dict | None:

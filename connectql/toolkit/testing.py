@@ -54,6 +54,9 @@ class _Run:
     def _query(self, spark, trigger: dict):
         raise NotImplementedError
 
+    def _after_stop(self) -> None:
+        """What connectql does once a query has stopped."""
+
     def batches(self, count: int) -> None:
         """Run micro-batches until `count` more have committed (or no data is left), then stop
         the query: the next run resumes from the checkpoint."""
@@ -67,6 +70,7 @@ class _Run:
                 time.sleep(0.05)
         finally:
             query.stop()
+            self._after_stop()
         _raise_failure(query)
 
     def to_end(self) -> None:
@@ -80,6 +84,7 @@ class _Run:
             pass  # raised below, shorter
         finally:
             query.stop()
+            self._after_stop()
         _raise_failure(query)
 
     def replay_last_batch(self) -> int:
@@ -112,6 +117,13 @@ class SourceRun(_Run):
         self.cls, self.options = cls, options_of(cls, options)
         self.max_records = max_records
         self.output = self.workdir / "output"
+        self._options: dict[str, str] | None = None
+
+    def _after_stop(self) -> None:
+        from connectql.toolkit.spark import commit_after_stop
+
+        if self._options is not None:  # the last batch acknowledged, as connectql does
+            commit_after_stop(self._options, str(self.checkpoint), self.cls.__name__)
 
     def _query(self, spark, trigger: dict):
         from connectql.toolkit.spark import FORMAT, MAX_RECORDS_KEY, ddl, spark_options
@@ -122,6 +134,7 @@ class SourceRun(_Run):
         if self.max_records:
             options[MAX_RECORDS_KEY] = str(self.max_records)
         options["connectql.checkpoint"] = str(self.checkpoint)
+        self._options = options
         source = self.cls(self.options)
         tables = source.tables()
         if tables:  # packed, as connectql sends several tables' rows

@@ -154,6 +154,9 @@ class TableSource(Source):
     bulk {"run": n}."""
 
     plans_batches = True
+    # its commit confirms to the running reader's change-log follower; the next start's
+    # first trigger confirms the last batch instead
+    commits_at_stop = False
     config_class: type[TableConfig] = TableConfig
     LOG_KEY = "log"
     # what reading a value may raise when the value does not fit its Spark type (a database

@@ -368,7 +368,7 @@ def test_unknown_statement_start():
 def test_misspelled_keyword_lists_what_fits():
     e = error("CREATE SOURCE CONNECTOR c FROM datagen WTIH (a = 1)")
     assert where(e) == (1, 40)
-    assert str(e).endswith("unexpected 'WTIH', expected one of: INTO, WITH")
+    assert str(e).endswith("unexpected 'WTIH', expected one of: INTO, WITH, end of statement")
 
 
 def test_missing_close_paren():

@@ -153,3 +153,19 @@ def test_env_reference_with_a_default_is_typed_like_its_option(ctx, monkeypatch)
     monkeypatch.setenv("CQL_TEST_PORT", "x33")
     with pytest.raises(ValidationError, match=r"source connector 'src': option 'port' must be"):
         build_plan(source(opts, "mysql"), ctx)
+
+
+def test_an_unknown_type_is_named_with_or_without_with(ctx):
+    """`CREATE ... FROM datagn INTO nums` (no WITH) names the unknown type, not 'expected
+    WITH': WITH may be left out."""
+    from connectql.catalog.store import ConnectorEntry
+    from connectql.grammar.parser import parse_script
+
+    for text in ("CREATE SOURCE CONNECTOR g FROM datagn INTO nums", "CREATE SOURCE CONNECTOR"
+                 " g FROM datagn INTO nums WITH ('rows.total' = 3)"):  # fmt: skip
+        (stmt,) = parse_script(text)
+        entry = ConnectorEntry(stmt.name, "source", stmt.type, stmt.stream, stmt.options)
+        with pytest.raises(PlanError, match=r"unknown connector type 'datagn' \(did you mean"):
+            build_plan(entry, ctx)
+    (stmt,) = parse_script("CREATE SOURCE CONNECTOR g FROM datagen INTO nums")
+    assert (stmt.type, stmt.options) == ("datagen", {})

@@ -170,11 +170,16 @@ class _Build(Transformer):
 
     # -- statements
 
+    # WITH may be left out (a connector whose options all have defaults, e.g. datagen)
     def create_source(self, items):
-        return CreateSourceConnector(**{"type": None, "stream": None, **_fields(items)})
+        return CreateSourceConnector(
+            **{"type": None, "stream": None, "options": {}, **_fields(items)}
+        )
 
     def create_sink(self, items):
-        return CreateSinkConnector(**{"type": None, "stream": None, **_fields(items)})
+        return CreateSinkConnector(
+            **{"type": None, "stream": None, "options": {}, **_fields(items)}
+        )
 
     create_sink_select = create_sink
 

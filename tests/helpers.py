@@ -44,6 +44,12 @@ def lag_of(worker, name: str) -> int | None:
     return worker.catalog.query("SELECT lag FROM connectors WHERE name = ?", [name])[1][0][0]
 
 
+def lag_bytes_below(worker, name: str, limit: int) -> bool:
+    """Whether the connector's lag_bytes is known and under `limit`."""
+    found = worker.catalog.query("SELECT lag_bytes FROM connectors WHERE name = ?", [name])[1]
+    return found[0][0] is not None and 0 <= found[0][0] < limit
+
+
 def lag_below(worker, name: str, limit: int) -> bool:
     """Whether the connector's lag is known and under `limit`."""
     lag = lag_of(worker, name)

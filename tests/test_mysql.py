@@ -21,7 +21,14 @@ import pymysql
 import pytest
 
 from connectql.errors import ConnectQLError, PlanError
-from tests.helpers import interrupt, lag_below, lag_of, read_parquet_rows, run, wait_until
+from tests.helpers import (
+    interrupt,
+    lag_bytes_below,
+    lag_of,
+    read_parquet_rows,
+    run,
+    wait_until,
+)
 from tests.mariadbserver import create_database, mariadb_binlog  # noqa: F401 (fixture)
 from tests.pgserver import create_database as create_pg_database
 
@@ -206,8 +213,10 @@ def test_cdc_keeps_a_target_table_equal_under_concurrent_changes(worker, binlog_
     )
     assert {op for op, _n in ops} == {"r", "c", "u", "d"}
     assert state(worker, "src").state == "RUNNING" and state(worker, "dst").state == "RUNNING"
-    # caught up: the source's lag is the binlog bytes after its last batch; the sink's, records
-    wait_until(lambda: lag_below(worker, "src", 1 << 20), what="the binlog lag")
+    # caught up: the source's lag_bytes is the binlog after its last batch; the sink's lag,
+    # records
+    wait_until(lambda: lag_bytes_below(worker, "src", 1 << 20), what="the binlog lag")
+    assert lag_of(worker, "src") is None
 
 
 TYPES = (

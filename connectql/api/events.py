@@ -14,7 +14,7 @@ from starlette.responses import StreamingResponse
 from connectql.api.errors import finite
 from connectql.api.routes import ApiError, Routes
 
-PROGRESS = ("rows_total", "rows_written", "rows_dead_lettered", "rows_per_sec", "lag")
+PROGRESS = ("rows_total", "rows_written", "rows_dead_lettered", "rows_per_sec", "lag", "lag_bytes")
 INTERVAL = (0.2, 60.0)  # the ?interval= (seconds) a client may ask for
 
 

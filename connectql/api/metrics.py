@@ -38,8 +38,14 @@ SERIES = [
     (
         "connectql_connector_lag",
         "gauge",
-        "How far the connector is behind its source's latest offset (rows, or the source's unit).",
+        "How many records the connector is behind its source's latest offset.",
         "lag",
+    ),
+    (
+        "connectql_connector_lag_bytes",
+        "gauge",
+        "How many bytes the connector is behind (a change log's, an object store's).",
+        "lag_bytes",
     ),
     (
         "connectql_connector_batch_duration_seconds",
@@ -57,7 +63,7 @@ SERIES = [
 
 METRICS_SQL = """
 SELECT name, kind, type, state, rows_total, rows_written, rows_filtered, rows_dead_lettered,
-       rows_per_sec, lag, last_batch_ms / 1000.0 AS batch_seconds
+       rows_per_sec, lag, lag_bytes, last_batch_ms / 1000.0 AS batch_seconds
 FROM connectors ORDER BY name"""
 RESTARTS_SQL = """
 SELECT connector, count(*) FROM connector_events WHERE to_state = 'RESTARTING' GROUP BY 1"""

@@ -56,7 +56,7 @@ READS = (
 )  # statements that change nothing  # what GET /connectors?expand= adds per connector
 STATUS_SQL = (
     "SELECT name, state, desired_state, rows_total, rows_written, rows_filtered,"
-    " rows_dead_lettered, rows_per_sec, lag, last_batch_at, last_error FROM connectors"
+    " rows_dead_lettered, rows_per_sec, lag, lag_bytes, last_batch_at, last_error FROM connectors"
 )
 
 

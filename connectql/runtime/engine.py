@@ -85,6 +85,17 @@ def rows_behind(end: str | None, latest: str | None, field: str | None) -> int |
     return lag(end, latest, field)
 
 
+def bytes_behind(end: str | None, latest: str | None) -> int | None:
+    """The lag a source reports in bytes (a change log's), else None."""
+    try:
+        reported = json.loads(latest) if latest else None
+    except ValueError:
+        return None
+    if isinstance(reported, dict) and reported.get("unit") == "bytes":
+        return lag(end, latest, None)
+    return None
+
+
 def _offset_json(text: str | None) -> str | None:
     """Spark reports a missing offset as None, 'None' or 'null'."""
     return text if text and text.lstrip().startswith(("{", "[")) else None
@@ -124,9 +135,12 @@ def progress_row(
         "dead_lettered_rows": dead_lettered,
         "end_offset": end,
         "latest_offset": latest,
-        "lag": lag(end, latest, lag_field),
+        # one unit per column: `lag` records, `lag_bytes` bytes (a change log's)
+        "lag": rows_behind(end, latest, lag_field),
         "rows_behind": rows_behind(end, latest, lag_field),
-        "lag_bytes": field_lag(end, latest, lag_bytes_field),
+        "lag_bytes": field_lag(end, latest, lag_bytes_field)
+        if lag_bytes_field
+        else bytes_behind(end, latest),
     }
 
 

@@ -68,8 +68,8 @@ def describe(worker, s: ast.Describe) -> Result:
 def _connector(worker, name: str) -> Result:
     e = worker.catalog.get_connector(name)
     _, rows = worker.catalog.query(
-        "SELECT state, desired_state, rows_total, rows_per_sec, last_batch_at, lag, last_error,"
-        " created_at, updated_at FROM connectors WHERE name = ?",
+        "SELECT state, desired_state, rows_total, rows_per_sec, last_batch_at, lag, lag_bytes,"
+        " last_error, created_at, updated_at FROM connectors WHERE name = ?",
         [name],
     )
     keys = [
@@ -79,6 +79,7 @@ def _connector(worker, name: str) -> Result:
         "rows_per_sec",
         "last_batch_at",
         "lag",
+        "lag_bytes",
         "last_error",
         "created_at",
         "updated_at",

@@ -512,6 +512,7 @@ const views = {
         ["dead-lettered", number(r.rows_dead_lettered)],
         ["rows/s", number(r.rows_per_sec)],
         ["lag", number(r.lag)],
+        ["lag_bytes", number(r.lag_bytes)],
         ["last batch", r.last_batch_at],
         ["last error", r.last_error],
       ];

@@ -130,3 +130,25 @@ def test_one_worker_per_home_and_a_stale_address_is_ignored(tmp_path):
     (tmp_path / "server.json").write_text(json.dumps({"pid": 1, "url": "http://127.0.0.1:1"}))
     assert read_address(tmp_path) is None
     HomeLock(tmp_path).release()
+
+
+def test_config_shows_what_was_written_and_with_resolved_the_values_in_use(monkeypatch):
+    """GET /connectors/{name}/config: as written; ?resolved=true: a non-secret reference as
+    the worker resolves it now, secrets masked either way."""
+    monkeypatch.setenv("CQ_TEST_HOST", "db.internal")
+    monkeypatch.setenv("CQ_TEST_PW", "hunter22")
+    opts = {
+        "host": "${env:CQ_TEST_HOST:-127.0.0.1}",
+        "port": "${env:CQ_TEST_PORT:-3306}",
+        "user": "${env:CQ_TEST_MISSING}",
+        "password": "${env:CQ_TEST_PW}",
+        "table": "orders",
+    }
+    entry = ConnectorEntry("m", "source", "mysql", "orders", opts)
+    written = kafkaconnect.config(entry)
+    assert written["host"] == "${env:CQ_TEST_HOST:-127.0.0.1}" and written["table"] == "orders"
+    in_use = kafkaconnect.config(entry, in_use=True)
+    assert (in_use["host"], in_use["port"], in_use["table"]) == ("db.internal", "3306", "orders")
+    assert in_use["user"].startswith("${env:CQ_TEST_MISSING} (") and "not set" in in_use["user"]
+    assert in_use["password"] == written["password"] == "${env:CQ_TEST_PW}"
+    assert "hunter22" not in str(in_use)

@@ -9,10 +9,12 @@ from typing import Any
 from connectql.api import models
 from connectql.catalog.redact import MASK, redact, redact_value
 from connectql.catalog.store import ConnectorEntry
+from connectql.config import is_reference, is_secret_key
 from connectql.connectors import registry
 from connectql.connectors.options import option_errors
-from connectql.errors import ValidationError
+from connectql.errors import ConnectQLError, ValidationError
 from connectql.grammar import ast
+from connectql.planner.resolve import resolve_value
 
 
 def statement(body: Any) -> ast.CreateSourceConnector | ast.CreateSinkConnector:
@@ -86,16 +88,30 @@ def info(entry: ConnectorEntry) -> dict[str, Any]:
     }
 
 
-def config(entry: ConnectorEntry) -> dict[str, Any]:
+def config(entry: ConnectorEntry, in_use: bool = False) -> dict[str, Any]:
+    """GET /connectors/{name}/config: the options as written (secrets masked); `in_use`
+    (?resolved=true): a non-secret ${env:...} or ${file:...} as the worker resolves it now."""
+    options = redact(entry.options)
+    if in_use:
+        options = {k: _in_use(k, v, entry.options[k]) for k, v in options.items()}
     out = {
         "connector.class": entry.type,
         "name": entry.name,
         "stream": entry.stream,
-        **{k: _text(v) for k, v in redact(entry.options).items()},
+        **{k: _text(v) for k, v in options.items()},
     }
     if entry.select_sql:
         out["transform"] = entry.select_sql
     return out
+
+
+def _in_use(key: str, shown: Any, written: Any) -> Any:
+    if is_secret_key(key) or not is_reference(written):
+        return shown
+    try:
+        return resolve_value(key, written, None)
+    except ConnectQLError as e:  # e.g. the variable is not set in the worker's environment
+        return f"{shown} ({e})"
 
 
 def _text(v: Any) -> Any:

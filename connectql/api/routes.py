@@ -144,7 +144,8 @@ class Routes:
         return 200, kafkaconnect.info(self.entry(req.params["name"]))
 
     def get_config(self, req: Request):
-        return 200, kafkaconnect.config(self.entry(req.params["name"]))
+        in_use = req.query.get("resolved") == "true"
+        return 200, kafkaconnect.config(self.entry(req.params["name"]), in_use)
 
     def get_status(self, req: Request):
         return 200, self.status_of(self.entry(req.params["name"]))

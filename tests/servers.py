@@ -125,7 +125,10 @@ class PrivateServer:
         stopped = []
         try:
             for pid in self.pids():
-                os.kill(pid, signal.SIGSTOP)
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:  # a backend that ended since it was listed
+                    continue
                 stopped.append(pid)
             assert stopped, f"no process of the server to suspend:\n{self._log_tail()}"
             _wait_stopped(stopped)

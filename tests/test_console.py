@@ -181,15 +181,22 @@ def steers(page, server, tmp_path):
     """Pause and resume from the page, seen on the page and in the API; refused actions show the
     server's error; drop and reset offsets ask first."""
     row = page.locator('tr[data-name="gen"]')
+    # only what the state allows is offered: a running connector pauses, a paused one resumes
+    for action in ("resume", "reset"):
+        expect(row.locator(f'[data-action="{action}"]')).to_be_hidden()
     row.locator('[data-action="pause"]').click()
     expect(badge(page, "gen")).to_have_text("PAUSED")
     assert server.state("gen") == "PAUSED"
+    expect(row.locator('[data-action="pause"]')).to_be_hidden()
+    expect(row.locator('[data-action="reset"]')).to_be_visible()
     row.locator('[data-action="resume"]').click()
     wait_until(lambda: server.state("gen") == "RUNNING", timeout=120, what="gen RUNNING")
     expect(badge(page, "gen")).to_have_text("RUNNING")
+    expect(row.locator('[data-action="resume"]')).to_be_hidden()
 
-    # reset offsets of a running connector: confirmed, then refused with the server's words
-    row.locator('[data-action="reset"]').click()
+    # reset offsets of a running connector (a page that has not seen its state change yet):
+    # confirmed, then refused with the server's words
+    page.evaluate("act('reset', 'gen')")
     page.locator("#confirm").wait_for(state="visible")
     assert "Reset the offsets of gen" in page.inner_text("#confirm-text")
     page.click("#confirm-ok")
@@ -206,7 +213,7 @@ def steers(page, server, tmp_path):
     assert server.state("out") == "RUNNING"
 
     # create from a statement: a bad one shows the server's error, a good one appears
-    bad = "CREATE SOURCE CONNECTOR gen FROM datagen INTO nums"
+    bad = "CREATE SOURCE CONNECTOR gen2 FROM datagen INTO nums WITH ("
     page.fill("#create-sql", bad)
     page.click("#create")
     refused = server.call("POST", "/connectors", bad)
@@ -265,3 +272,22 @@ def runs_sql(page, server, tmp_path):
     refused = server.call("POST", "/sql", "PAUSE CONNECTOR nosuch")
     assert refused[0] == 400 and page.inner_text("#sql-error") == refused[1]["message"]
     snap(page, tmp_path / "sql.png")
+
+
+def test_the_consoles_actions_are_allowed_in_the_states_the_worker_allows():
+    """console.js offers each action only in the states catalog/states.py allows it in."""
+    import json
+    import re
+
+    from connectql.catalog import states
+
+    text = (Path(__file__).parents[1] / "connectql/api/console/console.js").read_text()
+    block = re.search(r"const ALLOWED = \{(.*?)\};", text, re.S).group(1)
+    found = {k: json.loads(v) for k, v in re.findall(r"(\w+): (null|\[[^\]]*\])", block)}
+    assert found == {
+        "pause": sorted(states.ACTIONS["pause"]),
+        "resume": sorted(states.ACTIONS["resume"]),
+        "restart": None if states.ACTIONS["restart"] == frozenset(states.STATES) else [],
+        "reset": sorted(states.ACTIONS["reset_offsets"]),
+        "drop": None,
+    }

@@ -320,7 +320,7 @@ def test_many_small_tables_snapshot_in_few_batches_each_row_once(worker, pg_logi
         worker,
         f"""
         CREATE SOURCE CONNECTOR many FROM postgres INTO m WITH ({connection(pg_logical, src)},
-          table = 's*', 'batch.rows' = 300);
+          table = 's*', 'batch.rows' = 300, keyless = 'inserts');
         """,
     )
     streams = [f"m_s{i:02d}" for i in range(30)]
@@ -369,7 +369,7 @@ def test_one_sink_writes_each_stream_of_a_multi_table_source_into_its_own_table(
         worker,
         f"""
         CREATE SOURCE CONNECTOR three FROM postgres INTO pg WITH ({connection(pg_logical, src)},
-          table = 'a, b, c', 'batch.rows' = 400);
+          table = 'a, b, c', 'batch.rows' = 400, keyless = 'inserts');
         CREATE SINK CONNECTOR all_out TO postgres WITH ({connection(pg_logical, dst)},
           streams = 'pg_*', table = 'out_${{table}}');
         """,

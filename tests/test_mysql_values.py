@@ -36,17 +36,23 @@ def test_negative_times_with_a_fraction_read_the_same_from_the_snapshot_and_the_
         f"CREATE SOURCE CONNECTOR src FROM mysql INTO times WITH ({binlog_db.options()},"
         " table = 't')",
     )
-    wait_until(lambda: streaming(worker, "src"), timeout=90, what="the snapshot to end")
-    for i, (t3, t6) in enumerate(TIMES):
-        binlog_db.sql("INSERT INTO t VALUES (%s, %s, %s)", (100 + i, t3, t6))
-    path = worker.home / "streams/times"
-    query = "SELECT id, __op, t3, t6 FROM t ORDER BY id"
-    wait_until(lambda: len(read_parquet_rows(path, query) or []) == 2 * len(TIMES))
-    rows = read_parquet_rows(path, query)
-    snapshot = [(r[2], r[3]) for r in rows if r[1] == "r"]
-    binlog = [(r[2], r[3]) for r in rows if r[1] == "c"]
+    snapshot, binlog = then_through_the_binlog(worker, binlog_db, "t", "times", TIMES)
     assert snapshot == TIMES
     assert binlog == TIMES
+
+
+def then_through_the_binlog(worker, db, table: str, stream: str, values: list[tuple]):
+    """Once the snapshot has ended, the same values inserted again (ids from 100): the two
+    value columns as the snapshot and as the binlog read them."""
+    wait_until(lambda: streaming(worker, "src"), timeout=90, what="the snapshot to end")
+    for i, (a, b) in enumerate(values):
+        db.sql(f"INSERT INTO {table} VALUES (%s, %s, %s)", (100 + i, a, b))
+    path = worker.home / "streams" / stream
+    names = ", ".join(c[0] for c in db.sql(f"SHOW COLUMNS FROM {table}")[1:])
+    query = f"SELECT id, __op, {names} FROM t ORDER BY id"
+    wait_until(lambda: len(read_parquet_rows(path, query) or []) == 2 * len(values))
+    rows = read_parquet_rows(path, query)
+    return [(r[2], r[3]) for r in rows if r[1] == "r"], [(r[2], r[3]) for r in rows if r[1] == "c"]
 
 
 WIDE = [  # DECIMAL(65,18), DECIMAL(65,0) as MariaDB prints them
@@ -78,15 +84,9 @@ def test_decimals_wider_than_38_digits_arrive_exact_in_a_postgres_target(
               table = 'w, ok');
             CREATE SINK CONNECTOR out TO postgres FROM my_w WITH ({target}, table = 'w');""",
     )
-    wait_until(lambda: streaming(worker, "src"), timeout=90, what="the snapshot to end")
-    for i, (a, b) in enumerate(WIDE):
-        binlog_db.sql("INSERT INTO w VALUES (%s, %s, %s)", (100 + i, a, b))
-    path = worker.home / "streams/my_w"
-    query = "SELECT id, __op, a, b FROM t ORDER BY id"
-    wait_until(lambda: len(read_parquet_rows(path, query) or []) == 2 * len(WIDE))
-    rows = read_parquet_rows(path, query)
-    assert [(r[2], r[3]) for r in rows if r[1] == "r"] == WIDE  # the snapshot
-    assert [(r[2], r[3]) for r in rows if r[1] == "c"] == WIDE  # the binlog
+    snapshot, binlog = then_through_the_binlog(worker, binlog_db, "w", "my_w", WIDE)
+    assert snapshot == WIDE
+    assert binlog == WIDE
     shown = "SELECT a::text, b::text FROM w ORDER BY id"
     wait_until(lambda: pg_rows(_info, shown) == WIDE + WIDE, what="the target's rows")
     types = pg_rows(

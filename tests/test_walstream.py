@@ -23,7 +23,7 @@ def setup(pg_logical, tmp_path):
     conn.execute("SET synchronous_commit = on")
     conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
     conn.execute("CREATE TABLE other (id int)")
-    start = cdc.ensure_slot(conn, SLOT, "public", ["t"])
+    start = cdc.ensure_slot(conn, SLOT, "public", ["t"], "refuse", "test source")
     cfg = ReaderConfig(
         connection={"host": pg_logical.host, "port": pg_logical.port, "user": "postgres",
                     "database": "walstream_test"},

@@ -218,8 +218,9 @@ class Source:
         Called once per end, in order, as soon as the toolkit knows it: at the next trigger
         (an idle source's last batch too), and after a stop for the last batch in the
         checkpoint's commit log (then on a fresh instance, see commits_at_stop). A later end covers the earlier ones, which may be skipped.
-        Raising Retryable retries it with backoff; any failure is logged and the
-        acknowledgement is tried again at the next end, never failing the data path."""
+        Raising Retryable retries it with backoff; if it still raises Retryable, that is
+        logged and the acknowledgement tried again at the next end, never failing the data
+        path. Any other exception fails the query, as a failing read does."""
 
     def endpoint(self) -> str | None:
         """Driver, at CREATE and each start: where reads wait (e.g. 'host:port'), named when a

@@ -284,15 +284,17 @@ ACKED_FILE = "connectql_acknowledged.json"  # in the checkpoint: the last end so
 
 def acknowledge(source: Source, end: dict, name: str) -> bool:
     """source.commit(end) unless the checkpoint says that end is acknowledged already (by the
-    reader's process, or the driver after a stop); retried while it raises Retryable. A
-    failure is logged and False returned: it is tried again at the next end."""
+    reader's process, or the driver after a stop); retried while it raises Retryable. When it
+    still raises Retryable, that is logged and False returned: it is tried again at the next
+    end, the data path going on. Any other error is raised (the source is broken: its query
+    fails and is restarted, as when a read fails)."""
     marker = Path(source.checkpoint) / ACKED_FILE if source.checkpoint else None
     text = json.dumps(end, sort_keys=True)
     if marker is not None and marker.is_file() and marker.read_text() == text:
         return True
     try:
         retried(source, source.commit, end)
-    except Exception as e:  # noqa: BLE001 (an acknowledgement is tried again later)
+    except Retryable as e:  # an acknowledgement is tried again at the next end
         log.warning("%s: commit(%s) failed: %s", name, text, e)
         return False
     if marker is not None:

@@ -387,6 +387,24 @@ const ACTIONS = {
   },
 };
 
+// the states in which each action is allowed (connectql/catalog/states.py ACTIONS; null: all;
+// tests/test_console.py checks that the two agree)
+const ALLOWED = {
+  pause: ["CREATED", "FAILED", "RESTARTING", "RUNNING", "STALLED", "STARTING", "STOPPED"],
+  resume: ["PAUSED"],
+  restart: null,
+  reset: ["FAILED", "FINISHED", "PAUSED"],
+  drop: null,
+};
+
+function showActions(container, state) {
+  if (!container) return;
+  for (const b of container.querySelectorAll("button[data-action]")) {
+    const allowed = ALLOWED[b.dataset.action];
+    b.hidden = allowed !== null && !allowed.includes(state);
+  }
+}
+
 async function act(action, name, button) {
   const spec = ACTIONS[action];
   if (spec.confirm && !(await confirmed(spec.confirm(name), spec.label))) return;
@@ -501,6 +519,7 @@ const views = {
       const status = $("#detail-status");
       if (!entry || !status) return;
       $("#detail-state").replaceChildren(stateBadge(entry.row.state));
+      showActions($("h1 .actions"), entry.row.state);
       const r = entry.row;
       const facts = [
         ["kind", entry.info.type],
@@ -646,6 +665,7 @@ function fillRow(tr, name) {
   const cell = (c) => tr.querySelector(`[data-cell="${c}"]`);
   cell("type").textContent = `${info.type} · ${info.config["connector.class"]}`;
   cell("state").replaceChildren(stateBadge(row.state));
+  showActions(tr, row.state);
   cell("rate").replaceChildren(sparkline(h.rate, "rate"), el("span", { class: "value" }, number(row.rows_per_sec)));
   cell("lag").replaceChildren(sparkline(h.lag, "lag"), el("span", { class: "value" }, number(row.lag)));
   cell("read").textContent = number(row.rows_total);

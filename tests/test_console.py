@@ -196,7 +196,7 @@ def steers(page, server, tmp_path):
 
     # reset offsets of a running connector (a page that has not seen its state change yet):
     # confirmed, then refused with the server's words
-    page.evaluate("act('reset', 'gen')")
+    page.evaluate("() => { act('reset', 'gen'); }")  # not awaited: it waits for the dialog
     page.locator("#confirm").wait_for(state="visible")
     assert "Reset the offsets of gen" in page.inner_text("#confirm-text")
     page.click("#confirm-ok")

@@ -401,10 +401,13 @@ class Catalog:
 
     def clear_error(self, name: str) -> None:
         """A running connector's batch succeeded: its last_error is history (connector_events
-        keeps it). Read first, so that a batch changes nothing when there is none."""
+        keeps it), unless a table it stopped still stands for it (tables_failed). Read first,
+        so that a batch changes nothing when there is none."""
         with self.lock:
-            found = self.query("SELECT last_error FROM connectors WHERE name = ?", [name])[1]
-            if found and found[0][0] is not None:
+            found = self.query(
+                "SELECT last_error, tables_failed FROM connectors WHERE name = ?", [name]
+            )[1]
+            if found and found[0][0] is not None and not json.loads(found[0][1] or "{}"):
                 self.con.execute("UPDATE connectors SET last_error = NULL WHERE name = ?", [name])
 
     def fail_table(self, name: str, table: str, error: str) -> bool:

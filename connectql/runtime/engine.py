@@ -118,6 +118,7 @@ def progress_row(
     observed = observed.asDict() if observed is not None else {}
     if OBSERVED_ROWS in observed:
         packed = int(observed[OBSERVED_ROWS] or 0)
+    behind = rows_behind(end, latest, lag_field)
     inputs = int(p.numInputRows) if packed is None else packed + dead_lettered
     seen = int(observed.get("written", inputs))
     written = seen - dead_lettered
@@ -136,8 +137,8 @@ def progress_row(
         "end_offset": end,
         "latest_offset": latest,
         # one unit per column: `lag` records, `lag_bytes` bytes (a change log's)
-        "lag": rows_behind(end, latest, lag_field),
-        "rows_behind": rows_behind(end, latest, lag_field),
+        "lag": behind,
+        "rows_behind": behind,
         "lag_bytes": field_lag(end, latest, lag_bytes_field)
         if lag_bytes_field
         else bytes_behind(end, latest),
@@ -197,10 +198,8 @@ class Engine:
         if self._spark is not None:
             self._spark.streams.removeListener(self._listener)
             self._listener.quiesce(CLOSE_JOIN_S)
-        for thread in list(self._threads):
+        for thread in list(self._threads):  # rides are queries: stop_all joined theirs
             thread.join(CLOSE_JOIN_S)
-        for r in list(self.rides.values()):
-            r.stop()
 
     @property
     def started(self) -> bool:

@@ -78,14 +78,17 @@ class _Run:
         from pyspark.errors import StreamingQueryException
 
         query = self._query(session(), {"availableNow": True})
+        ended = False
         try:
-            query.awaitTermination(STOP_WAIT_S)
+            ended = query.awaitTermination(STOP_WAIT_S)
         except StreamingQueryException:
-            pass  # raised below, shorter
+            ended = True  # raised below, shorter
         finally:
             query.stop()
             self._after_stop()
         _raise_failure(query)
+        if not ended:  # stopped half way: the batches it left would be miscounted
+            raise AssertionError(f"the query did not reach the end in {STOP_WAIT_S}s")
 
     def replay_last_batch(self) -> int:
         """Make Spark believe the last batch never finished (a crash between the sink's write

@@ -38,7 +38,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from bench import common
 from bench.common import Connectql, check_text, console, load
 
 TIMEOUT_S = 1800.0
@@ -135,7 +134,9 @@ def drain(cq: Connectql, changes: int, source_sum, target_sum) -> Result:
         if got == want:
             seconds = time.perf_counter() - t0
             note = source_batches(cq, t0)
-            return Result("connectql (source + riding sink)", seconds, changes, check_text(got, want), note)
+            return Result(
+                "connectql (source + riding sink)", seconds, changes, check_text(got, want), note
+            )
         if time.perf_counter() - last_check > 5:
             last_check = time.perf_counter()
             errors = cq.problems([SRC, DST], "RUNNING", "STARTING", "RESTARTING")
@@ -266,7 +267,9 @@ def binlog_position(srv) -> tuple[str, int]:
 def mariadb_binlog(srv, start: tuple[str, int], end: tuple[str, int], changes: int) -> Result:
     s = srv.my
     if start[0] != end[0]:
-        return Result("mariadb-binlog", float("nan"), changes, "FAIL: the backlog spans binlog files")
+        return Result(
+            "mariadb-binlog", float("nan"), changes, "FAIL: the backlog spans binlog files"
+        )
     cmd = ["mariadb-binlog", "--no-defaults", "--read-from-remote-server", "-h", s.host,
            "-P", str(s.port), "-u", s.user, "--base64-output=decode-rows", "-v",
            f"--start-position={start[1]}", f"--stop-position={end[1]}", start[0]]  # fmt: skip
@@ -277,7 +280,11 @@ def mariadb_binlog(srv, start: tuple[str, int], end: tuple[str, int], changes: i
     proc.wait()
     seconds = time.perf_counter() - t0
     ok = proc.returncode == 0 and rows == changes
-    check = "OK (every row counted)" if ok else f"FAIL: {rows:,} rows, exit {proc.returncode} {err[-200:]}"
+    check = (
+        "OK (every row counted)"
+        if ok
+        else f"FAIL: {rows:,} rows, exit {proc.returncode} {err[-200:]}"
+    )
     return Result("mariadb-binlog --base64-output=decode-rows -v", seconds, changes, check)
 
 

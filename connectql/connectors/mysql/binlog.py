@@ -45,7 +45,13 @@ from connectql.connectors.mysql.client import (
     where,
 )
 from connectql.connectors.mysql.tables import columns_of
-from connectql.connectors.mysql.types import BINARY_TYPES, FIXED_BYTES, Column, binlog_value
+from connectql.connectors.mysql.types import (
+    BINARY_TYPES,
+    FIXED_BYTES,
+    Column,
+    binlog_column,
+    binlog_value,
+)
 from connectql.connectors.relational.changerows import ChangeRows, Changes
 from connectql.connectors.relational.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.relational.tablereader import Window
@@ -364,7 +370,9 @@ def read_changes(
     cfg = walker.cfg
     changes = Changes(
         {
-            t: ChangeRows(schemas[t], keys[t], f"{cfg.schema}.{t}", cfg.schema_change, _value)
+            t: ChangeRows(
+                schemas[t], keys[t], f"{cfg.schema}.{t}", cfg.schema_change, _value, _column
+            )
             for t in schemas
         },
         tolerant,
@@ -376,11 +384,14 @@ def read_changes(
         if order(txn.end) > end:
             break
         types = {t: {c.name: c.column_type for c in walker.columns[t]} for t in schemas}
+        sources: dict[str, str] = {}  # by table: the same for each change of the transaction
         for seq, (table, op, values, before) in enumerate(txn.changes, start=1):
             if table not in changes.rows:  # a table stopped (TableFailed)
                 continue
             meta = {"__ts_ms": txn.ts_ms, "__pos": text_pos(txn.end, seq)}
-            meta["__source"] = source(cfgs[table], False, **txn.end, gtid=txn.gtid)
+            if table not in sources:
+                sources[table] = source(cfgs[table], False, **txn.end, gtid=txn.gtid)
+            meta["__source"] = sources[table]
             poison = partial(_poison, cfg, table, op, values, txn, meta)
             if op == POISON:  # the walker could not decode it
                 changes.unreadable(poison(values["error"]))
@@ -408,6 +419,10 @@ def _poison(cfg, table: str, op: str, values: dict, txn: Txn, meta: dict, e: Exc
 
 def _value(value, f, types: dict):
     return binlog_value(value, Column(f.name, types.get(f.name, "")), f.dataType)
+
+
+def _column(f, column_type: str, values: list):
+    return binlog_column(values, Column(f.name, column_type), f.dataType)
 
 
 def source(cfg, snapshot: bool, **where) -> str:

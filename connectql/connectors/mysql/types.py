@@ -20,6 +20,8 @@ from pyspark.sql.types import (
     DataType,
     DateType,
     DecimalType,
+    DoubleType,
+    FloatType,
     IntegralType,
     StringType,
     StructType,
@@ -281,6 +283,32 @@ def binlog_value(value, c: Column, dtype: DataType):
     return value
 
 
+def binlog_column(values: list, c: Column, dtype: DataType) -> pa.Array | None:
+    """A whole column of values as mysql-replication decodes them, as the Arrow array
+    binlog_value would give value by value, where Arrow takes them as they are; None (or
+    Arrow's error, at a value it does not take) where each value needs binlog_value."""
+    kind = c.data_type
+    if isinstance(dtype, StringType) and kind in _PLAIN_TEXT:
+        return pa.array(values, pa.string())  # str, or bytes that are UTF-8
+    plain = (
+        (isinstance(dtype, IntegralType) and kind in INTEGERS)
+        or (isinstance(dtype, DecimalType) and kind == "decimal")
+        or (isinstance(dtype, (DoubleType, FloatType)) and kind in ("float", "double"))
+        or (isinstance(dtype, TimestampNTZType) and kind == "datetime")
+        or (isinstance(dtype, DateType) and kind == "date")
+    )
+    if plain:
+        return pa.array(values, to_arrow_schema(StructType().add("v", dtype)).field("v").type)
+    if isinstance(dtype, TimestampType) and kind == "timestamp":
+        naive = pa.array(values, pa.timestamp("us"))
+        first = pc.min(naive).as_py()
+        if first is not None and first < FIRST_TIMESTAMP:
+            return None  # the zero TIMESTAMP, read as NULL value by value
+        return naive.cast(pa.timestamp("us", "UTC"))
+    return None
+
+
+_PLAIN_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"}
 YEAR_ZERO = 1900
 FIRST_TIMESTAMP = dt.datetime(1970, 1, 1, 0, 0, 1)  # the smallest TIMESTAMP MySQL stores
 

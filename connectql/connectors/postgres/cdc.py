@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors.postgres.client import qualified
 from connectql.connectors.postgres.pgoutput import UNCHANGED_TOAST, Begin, Change, Commit, Decoder
-from connectql.connectors.postgres.pgtext import spark_value
+from connectql.connectors.postgres.pgtext import spark_column, spark_value
 from connectql.connectors.relational.changerows import ChangeRows, Changes
 from connectql.connectors.relational.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.relational.tablereader import Window
@@ -290,7 +290,7 @@ def change_batches(
     changes = Changes(
         {
             one.table: ChangeRows(
-                schemas[one.table], keys[one.table], name, cfg.schema_change, _value
+                schemas[one.table], keys[one.table], name, cfg.schema_change, _value, _column
             )
             for name, one in ones.items()
         },
@@ -298,11 +298,15 @@ def change_batches(
         fail,
     )
     for commit, ts_ms, xid, batch in txns:
+        sources = {}  # by table: the same for each of the transaction's changes
         for seq, change in enumerate(batch, start=1):
             if change.table in ones and not (seen and seen(change.table, xid)):
                 one = ones[change.table]
                 meta = {"__ts_ms": ts_ms, "__pos": position(commit, seq)}
-                meta["__source"] = _source(one, False, commit_lsn=lsn_text(commit), xid=xid)
+                if change.table not in sources:
+                    where = {"commit_lsn": lsn_text(commit), "xid": xid}
+                    sources[change.table] = _source(one, False, **where)
+                meta["__source"] = sources[change.table]
                 values, before, meta["__unchanged"] = _untoasted(change)
                 poison = partial(_poison, one, change, commit, meta)
                 changes.add(one.table, change.op, values, before, meta, change.types, poison)
@@ -334,6 +338,8 @@ def _untoasted(change: Change) -> tuple[dict, dict | None, str | None]:
     """The new values, the old key (or row) and the __unchanged list: an unchanged large value
     is taken from the old row where it is there (REPLICA IDENTITY FULL sends it); otherwise it
     is NULL and named in the list (JSON), so that a sink keeps the value it has."""
+    if not any(v is UNCHANGED_TOAST for v in change.values.values()):
+        return change.values, change.old_key or None, None
     old = change.old_key or {}
     values = {k: old.get(k, v) if v is UNCHANGED_TOAST else v for k, v in change.values.items()}
     unknown = sorted(k for k, v in values.items() if v is UNCHANGED_TOAST)
@@ -343,6 +349,10 @@ def _untoasted(change: Change) -> tuple[dict, dict | None, str | None]:
 
 def _value(text, f, types: dict):
     return spark_value(text, types.get(f.name, "text"), f.dataType)
+
+
+def _column(f, pg_type: str, texts: list):
+    return spark_column(texts, pg_type, f.dataType)
 
 
 def with_snapshot_columns(

@@ -7,9 +7,25 @@ import datetime as _dt
 import re
 from decimal import ROUND_HALF_UP, Context, Decimal
 
-from pyspark.sql.types import ArrayType, DataType, DecimalType, StringType
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    TimestampNTZType,
+    TimestampType,
+)
 
-__all__ = ["spark_value", "to_python"]
+__all__ = ["spark_column", "spark_value", "to_python"]
 
 
 def spark_value(text: str | None, pg_type: str, dtype: DataType):
@@ -29,6 +45,39 @@ def spark_value(text: str | None, pg_type: str, dtype: DataType):
             raise
         value = to_python("-infinity" if text.endswith(" BC") else "infinity", pg_type)
     return _fit(value, dtype)
+
+
+def spark_column(values: list, pg_type: str, dtype: DataType) -> pa.Array | None:
+    """A whole column of text forms as the Arrow array spark_value would give value by value,
+    parsed by Arrow where the two agree on every text PostgreSQL prints; None (or Arrow's
+    error, at a text it does not take: infinity, BC, NaN, a scale to round) where not."""
+    if isinstance(dtype, StringType):
+        return pa.array(values, pa.string())
+    target = _FAST.get((_normalize_type(pg_type), type(dtype)))
+    if target is None:
+        return None
+    text = pa.array(values, pa.string())
+    if target == "bool":
+        known = pc.is_in(text.drop_null(), value_set=pa.array(["t", "f"]))
+        return pc.equal(text, "t") if pc.all(known).as_py() is not False else None
+    if isinstance(dtype, DecimalType):
+        target = pa.decimal128(dtype.precision, dtype.scale)
+    return pc.cast(text, target)
+
+
+_INTS = {"smallint", "integer", "bigint", "int2", "int4", "int8", "int"}
+_FAST = {
+    **{(t, k): a for t in _INTS for k, a in ((ShortType, pa.int16()), (IntegerType, pa.int32()),
+                                             (LongType, pa.int64()))},
+    **{(t, k): a for t in ("real", "double precision", "float4", "float8", "float")
+       for k, a in ((FloatType, pa.float32()), (DoubleType, pa.float64()))},
+    **{(t, DecimalType): "decimal" for t in ("numeric", "decimal")},
+    **{(t, BooleanType): "bool" for t in ("boolean", "bool")},
+    ("date", DateType): pa.date32(),
+    **{(t, TimestampNTZType): pa.timestamp("us") for t in ("timestamp without time zone", "timestamp")},
+    **{(t, TimestampType): pa.timestamp("us", "UTC")
+       for t in ("timestamp with time zone", "timestamptz")},
+}  # fmt: skip
 
 
 _BEYOND_RE = re.compile(r"(\d{5,}-|.* BC$)")

@@ -23,29 +23,38 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 
 
 class ChangeRows:
-    """Collects change rows of `table`. `convert(value, field, types)` turns a decoded value into
-    the Python value of the field's Spark type (`types`: as given to add)."""
+    """Collects change rows of `table`, column by column as the log decoded them, and converts
+    each column at once when the batch is built: `fast(field, db_type, values)` may give the
+    whole column as an Arrow array (None, or an error, where it cannot), else each value goes
+    through `convert(value, field, types)` (`types`: as given to add). A value neither can read
+    makes its row a dead letter (Changes), the rest of the batch goes on."""
 
-    def __init__(self, schema: StructType, key, table: str, schema_change: str, convert):
+    def __init__(self, schema: StructType, key, table: str, schema_change: str, convert, fast=None):
         self.key, self.table, self.schema_change = tuple(key), table, schema_change
         self.convert: Callable[[Any, StructField, dict], Any] = convert
+        self.fast = fast
         self.arrow = arrow_schema(schema)
         self.data = [f for f in schema.fields if f.name not in META_COLUMNS]
         self.names = {f.name for f in self.data}
-        self.columns: dict[str, list] = {f.name: [] for f in schema.fields}
+        self.raw: dict[str, list] = {f.name: [] for f in self.data}
+        self.meta: dict[str, list] = {n: [] for n in schema.names if n in META_COLUMNS}
+        self.types: list[dict] = []
+        self.poison: list[Callable[[Exception], dict] | None] = []
         self.count = 0
 
-    def add(self, op: str, values: dict, before: dict | None, meta: dict, types=None) -> None:
+    def add(self, op: str, values: dict, before: dict | None, meta: dict, types=None,
+            poison=None) -> None:  # fmt: skip
         """One change; `meta` holds __ts_ms, __pos and __source; `types` names the database
-        types of the values' columns (for messages)."""
+        types of the values' columns (for messages); `poison(error)`: its dead-letter record."""
         types = types or {}
-        self._check_columns(op, values, types)
+        if values.keys() != self.names:
+            self._check_columns(op, values, types)
         if op == "u" and before and self.key:
             if [before.get(k) for k in self.key] != [values.get(k) for k in self.key]:
-                self._row("d", before, meta, types)  # the key changed: delete the old row
-                self._row("c", values, meta, types)
+                self._row("d", before, meta, types, poison)  # the key changed: delete the old row
+                self._row("c", values, meta, types, poison)
                 return
-        self._row(op, values, meta, types)
+        self._row(op, values, meta, types, poison)
 
     def _check_columns(self, op: str, values: dict, types: dict) -> None:
         added = [c for c in values if c not in self.names]
@@ -64,18 +73,73 @@ class ChangeRows:
                     " (schema.change = 'fail')"
                 )
 
-    def _row(self, op: str, values: dict, meta: dict, types: dict) -> None:
-        row = [self.convert(values.get(f.name), f, types) for f in self.data]  # may raise
-        for f, value in zip(self.data, row, strict=True):
-            self.columns[f.name].append(value)
-        for name, value in {"__op": op, **meta}.items():
-            if name in self.columns:
-                self.columns[name].append(value)
+    def _row(self, op: str, values: dict, meta: dict, types: dict, poison) -> None:
+        get = values.get
+        for name, column in self.raw.items():
+            column.append(get(name))
+        for name, column in self.meta.items():
+            column.append(op if name == "__op" else meta.get(name))
+        self.types.append(types)
+        self.poison.append(poison)
         self.count += 1
 
-    def batch(self) -> pa.RecordBatch:
-        arrays = [pa.array(self.columns[f.name], f.type) for f in self.arrow]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
+    def batch(self, unreadable: Callable[[dict], None] | None = None) -> pa.RecordBatch:
+        """The rows as a batch; each row with a value that cannot be read is handed to
+        `unreadable` as its dead-letter record (without it: the error is raised) and left out."""
+        bad: dict[int, Exception] = {}
+        arrays = {f.name: self._column(f, bad) for f in self.arrow if f.name in self.raw}
+        for f in self.arrow:
+            if f.name in self.meta:
+                arrays[f.name] = pa.array(self.meta[f.name], f.type)
+        batch = pa.RecordBatch.from_arrays([arrays[f.name] for f in self.arrow], schema=self.arrow)
+        if not bad:
+            return batch
+        for i in sorted(bad):
+            if unreadable is None or self.poison[i] is None:
+                raise bad[i]
+            unreadable(self.poison[i](bad[i]))
+        return batch.filter(pa.array([i not in bad for i in range(self.count)]))
+
+    def _column(self, f: pa.Field, bad: dict[int, Exception]) -> pa.Array:
+        field = next(d for d in self.data if d.name == f.name)
+        raw = self.raw[f.name]
+        if self.fast is not None:
+            db_type = self._db_type(f.name)
+            if db_type is not None:
+                try:
+                    fast = self.fast(field, db_type, raw)
+                except (*UNREADABLE, TypeError, OverflowError):
+                    fast = None  # a value the fast path does not take: each on its own
+                if fast is not None:
+                    return fast
+        values = []
+        for i, (value, types) in enumerate(zip(raw, self.types, strict=True)):
+            try:
+                values.append(None if i in bad else self.convert(value, field, types))
+            except UNREADABLE as e:
+                bad.setdefault(i, e)
+                values.append(None)
+        try:
+            return pa.array(values, f.type)
+        except (pa.ArrowException, TypeError, OverflowError):
+            return self._each(values, f.type, bad)
+
+    def _db_type(self, name: str) -> str | None:
+        """The database type of a column, when every row says the same."""
+        seen = {id(t): t for t in self.types}.values()
+        found = {t.get(name) for t in seen}
+        return found.pop() if len(found) == 1 else None
+
+    @staticmethod
+    def _each(values: list, type_: pa.DataType, bad: dict[int, Exception]) -> pa.Array:
+        """A column that Arrow refused as a whole: the rows whose value it refuses are bad."""
+        for i, value in enumerate(values):
+            try:
+                pa.array([value], type_)
+            except (pa.ArrowException, TypeError, OverflowError) as e:
+                bad.setdefault(i, ValueError(f"{value!r} does not fit {type_}: {e}"))
+                values[i] = None
+        return pa.array(values, type_)
 
 
 # what converting a value that does not fit raises (a schema change raises other errors)
@@ -114,10 +178,7 @@ class Changes:
     def add(self, table: str, op, values, before, meta, types, poison) -> None:
         """One change of `table` (ChangeRows.add); `poison(error)`: the dead-letter record of
         a change that cannot be read, with its 'table' and 'error_message'."""
-        try:
-            self.rows[table].add(op, values, before, meta, types)
-        except UNREADABLE as e:
-            self.unreadable(poison(e))
+        self.rows[table].add(op, values, before, meta, types, poison)
 
     def unreadable(self, record: dict) -> None:
         """A change that cannot be read, as its dead-letter record: fail, or keep it."""
@@ -129,7 +190,9 @@ class Changes:
         """(table, change rows) of each table that changed, then the dead letters."""
         for table, built in self.rows.items():
             if built.count:
-                yield table, built.batch()
+                batch = built.batch(self.unreadable)
+                if batch.num_rows:
+                    yield table, batch
         yield from map(dead_letter, self.dead)
 
 

@@ -338,7 +338,7 @@ def _untoasted(change: Change) -> tuple[dict, dict | None, str | None]:
     """The new values, the old key (or row) and the __unchanged list: an unchanged large value
     is taken from the old row where it is there (REPLICA IDENTITY FULL sends it); otherwise it
     is NULL and named in the list (JSON), so that a sink keeps the value it has."""
-    if not any(v is UNCHANGED_TOAST for v in change.values.values()):
+    if UNCHANGED_TOAST not in change.values.values():  # (compared by identity first)
         return change.values, change.old_key or None, None
     old = change.old_key or {}
     values = {k: old.get(k, v) if v is UNCHANGED_TOAST else v for k, v in change.values.items()}

@@ -16,6 +16,7 @@ from connectql.connectors.postgres import cdc, walstream
 from connectql.connectors.postgres.client import connect, connection_config, qualified
 from connectql.connectors.postgres.db import PgDb
 from connectql.connectors.postgres.options import SOURCE_OPTIONS, PostgresTables
+from connectql.connectors.postgres.pgoutput import Decoder
 from connectql.connectors.postgres.tables import count, describe_source, discover
 from connectql.connectors.relational import arrowread, polling
 from connectql.connectors.relational.bounds import BOUND_OPTIONS, Bounds
@@ -194,7 +195,8 @@ class PostgresSource(PostgresTables, TableSource):
             yield from super()._read(conn, part, fast)
             return
         keys = {t: self.meta(conn, t).key for t in self.tables_read}
-        txns = walstream.read_spool(self._spool(), part.log_from, part.log_to)
+        decoder = Decoder(cdc.type_names(conn))
+        txns = walstream.read_spool(self._spool(), part.log_from, part.log_to, decoder)
         yield from self._changes_out(self._changes(keys, txns))
 
     def _changes(self, keys: dict, txns) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:

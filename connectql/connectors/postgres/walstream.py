@@ -1,8 +1,9 @@
 """The change log over PostgreSQL's streaming replication protocol: a tailer thread in the source
 process holds the slot's one replication connection (psycopg2's LogicalReplicationConnection;
-psycopg 3 has no replication protocol), decodes pgoutput as changes commit, and spools each
-transaction of the captured tables to a file named by its commit LSN in a directory beside the
-checkpoint. latestOffset looks batches up in the spool, read() (in other processes) reads a
+psycopg 3 has no replication protocol) and spools each transaction of the captured tables, as
+the pgoutput messages the server sent (and the Relation messages they need), to a file named by
+its commit LSN in a directory beside the checkpoint: the tailer only frames and counts them; a
+batch's reader decodes them (decoding once, in the process that converts them). latestOffset looks batches up in the spool, read() (in other processes) reads a
 range of its files, and commit sends the committed LSN as the slot's flush position and deletes
 the files up to it. The slot never passes what the checkpoint committed, so after a restart the
 tailer spools again from there and a replayed batch reads the same transactions."""
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import struct
 import tempfile
 import threading
 import time
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from connectql.connectors.postgres.cdc import publications, type_names
 from connectql.connectors.postgres.client import connect, connect_error, libpq_params
-from connectql.connectors.postgres.pgoutput import Begin, Change, Commit, Decoder
+from connectql.connectors.postgres.pgoutput import Begin, Commit, Decoder
 from connectql.connectors.relational.tablereader import Window
 from connectql.errors import ConnectQLError
 
@@ -30,8 +32,10 @@ ASK_EVERY_S = 0.5  # while idle, ask the server where it is (a keepalive reply),
 PING_S = 5.0  # while idle, check the server answers a query (a silent one is hung), this often
 HEARD_S = 15.0  # ... within this long (at most: read.timeout.ms when shorter)
 READ_WAIT_S = 120.0
-AHEAD_BATCHES = 4
-IN_USE_WAIT_S = 15.0  # the tailer stops reading this many batches' rows past the committed LSN
+AHEAD_BATCHES = 4  # the tailer stops reading this many batches' rows past the committed LSN
+IN_USE_WAIT_S = 15.0  # START_REPLICATION waits this long for a dead process's hold on the slot
+CHANGES = (b"I", b"U", b"D")  # the pgoutput messages of a row change
+_OID = struct.Struct("!I").unpack_from  # a change message's relation, after its kind
 
 
 def spool_dir(checkpoint: str | None, cfg) -> Path:
@@ -61,9 +65,10 @@ def covered(spool: Path) -> int:
         return -1
 
 
-def read_spool(spool: Path, lsn_from: int, lsn_to: int):
+def read_spool(spool: Path, lsn_from: int, lsn_to: int, decoder: Decoder):
     """(commit LSN, ts_ms, xid, [Change]) of the spooled transactions in (lsn_from, lsn_to], in
-    commit order, once the spool covers lsn_to (waiting for the tailer if need be)."""
+    commit order, once the spool covers lsn_to (waiting for the tailer if need be), decoded by
+    `decoder`."""
     deadline = time.monotonic() + READ_WAIT_S
     while covered(spool) < lsn_to:
         if time.monotonic() > deadline:
@@ -76,7 +81,14 @@ def read_spool(spool: Path, lsn_from: int, lsn_to: int):
     for name in names:
         lsn = int(name.removesuffix(".txn"), 16)
         if lsn_from < lsn <= lsn_to:
-            yield pickle.loads((spool / name).read_bytes())
+            body = pickle.loads((spool / name).read_bytes())
+            if len(body) == 4:  # spooled decoded, by an earlier connectql (a [Change] list)
+                yield body
+                continue
+            lsn, ts_ms, xid, relations, messages = body
+            for message in relations:
+                decoder.feed(message)
+            yield lsn, ts_ms, xid, [decoder.feed(m) for m in messages]
 
 
 # ------------------------------------------------------------------ keyless tables' snapshots
@@ -204,7 +216,9 @@ class Tailer:
                 time.sleep(0.5)
 
     def _loop(self, cur, decoder: Decoder, sql) -> None:
-        txn: list[Change] = []
+        txn: list[bytes] = []  # the captured tables' change messages
+        used: set[int] = set()  # their relations
+        relations: dict[int, bytes] = {}  # each relation's last Relation message
         begin: Begin | None = None
         asked = pinged = time.monotonic()
         while not self.stopping.is_set():
@@ -226,14 +240,25 @@ class Tailer:
                     self._covered(cur.wal_end)
                 select.select([cur], [], [], POLL_S)
                 continue
-            item = decoder.feed(msg.payload)
-            if isinstance(item, Begin):
-                begin, txn = item, []
-            elif isinstance(item, Change) and item.table in self.captured:
-                txn.append(item)
-            elif isinstance(item, Commit):
-                self._spool(item, begin, txn)
-                begin, txn = None, []
+            data = bytes(msg.payload)
+            kind = data[:1]
+            if kind in CHANGES:
+                oid = _OID(data, 1)[0]
+                if decoder.relations.get(oid) is None:
+                    raise ValueError("pgoutput sent a change before its table's Relation message")
+                if decoder.relations[oid].table in self.captured:
+                    txn.append(data)
+                    used.add(oid)
+            elif kind == b"R":
+                decoder.feed(data)
+                relations[_OID(data, 1)[0]] = data
+            else:
+                item = decoder.feed(data)
+                if isinstance(item, Begin):
+                    begin, txn, used = item, [], set()
+                elif isinstance(item, Commit):
+                    self._spool(item, begin, txn, [relations[o] for o in sorted(used)])
+                    begin, txn = None, []
             self._feedback(cur)
 
     def _ping(self, sql) -> None:
@@ -257,11 +282,11 @@ class Tailer:
     def _ahead(self) -> bool:
         return self.pending > AHEAD_BATCHES * self.limit
 
-    def _spool(self, commit: Commit, begin: Begin | None, txn: list[Change]) -> None:
+    def _spool(self, commit: Commit, begin: Begin | None, txn: list[bytes], relations) -> None:
         lsn = commit.end_lsn
         if txn and lsn > self.confirmed:
-            body = (lsn, commit.ts_ms, begin.xid if begin else 0, txn)
-            write_atomic(self.spool / _name(lsn), pickle.dumps(body))
+            body = (lsn, commit.ts_ms, begin.xid if begin else 0, relations, txn)
+            write_atomic(self.spool / _name(lsn), pickle.dumps(body, pickle.HIGHEST_PROTOCOL))
             with self.lock:
                 self.commits.append(lsn)
                 self.rows.append(len(txn))

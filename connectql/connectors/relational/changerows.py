@@ -36,9 +36,11 @@ class ChangeRows:
         self.arrow = arrow_schema(schema)
         self.data = [f for f in schema.fields if f.name not in META_COLUMNS]
         self.names = {f.name for f in self.data}
-        self.raw: dict[str, list] = {f.name: [] for f in self.data}
-        self.meta: dict[str, list] = {n: [] for n in schema.names if n in META_COLUMNS}
+        self.meta_names = [n for n in schema.names if n in META_COLUMNS]
+        self.values: list[dict] = []  # each row's values, by column (made columns at the end)
+        self.metas: list[tuple[str, dict]] = []  # each row's __op and meta
         self.types: list[dict] = []
+        self.distinct_types: list[dict] = []
         self.poison: list[Callable[[Exception], dict] | None] = []
         self.count = 0
 
@@ -74,11 +76,10 @@ class ChangeRows:
                 )
 
     def _row(self, op: str, values: dict, meta: dict, types: dict, poison) -> None:
-        get = values.get
-        for name, column in self.raw.items():
-            column.append(get(name))
-        for name, column in self.meta.items():
-            column.append(op if name == "__op" else meta.get(name))
+        self.values.append(values)
+        self.metas.append((op, meta))
+        if not self.types or types is not self.types[-1]:
+            self.distinct_types.append(types)
         self.types.append(types)
         self.poison.append(poison)
         self.count += 1
@@ -87,10 +88,13 @@ class ChangeRows:
         """The rows as a batch; each row with a value that cannot be read is handed to
         `unreadable` as its dead-letter record (without it: the error is raised) and left out."""
         bad: dict[int, Exception] = {}
-        arrays = {f.name: self._column(f, bad) for f in self.arrow if f.name in self.raw}
-        for f in self.arrow:
-            if f.name in self.meta:
-                arrays[f.name] = pa.array(self.meta[f.name], f.type)
+        arrays = {f.name: self._column(f, bad) for f in self.arrow if f.name in self.names}
+        for name in self.meta_names:
+            if name == "__op":
+                column = [op for op, _meta in self.metas]
+            else:
+                column = [meta.get(name) for _op, meta in self.metas]
+            arrays[name] = pa.array(column, self.arrow.field(name).type)
         batch = pa.RecordBatch.from_arrays([arrays[f.name] for f in self.arrow], schema=self.arrow)
         if not bad:
             return batch
@@ -102,7 +106,7 @@ class ChangeRows:
 
     def _column(self, f: pa.Field, bad: dict[int, Exception]) -> pa.Array:
         field = next(d for d in self.data if d.name == f.name)
-        raw = self.raw[f.name]
+        raw = [values.get(f.name) for values in self.values]
         if self.fast is not None:
             db_type = self._db_type(f.name)
             if db_type is not None:
@@ -126,8 +130,7 @@ class ChangeRows:
 
     def _db_type(self, name: str) -> str | None:
         """The database type of a column, when every row says the same."""
-        seen = {id(t): t for t in self.types}.values()
-        found = {t.get(name) for t in seen}
+        found = {t.get(name) for t in self.distinct_types}
         return found.pop() if len(found) == 1 else None
 
     @staticmethod

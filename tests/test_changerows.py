@@ -43,6 +43,9 @@ PG_CORPUS = [
     ("numeric(12,2)", DecimalType(12, 2), ["123.45", "-0.01", "5", "9999999999.99", None]),
     ("numeric", DecimalType(38, 18), ["1.5", "NaN", "Infinity", "0.1234567890123456789", "7"]),
     ("numeric(5,2)", DecimalType(5, 2), ["999.99", "-999.99", "0.5"]),
+    ("numeric", DecimalType(38, 18), ["123456789012345678901234567890", "5"]),  # Arrow wraps it
+    ("numeric(5,2)", DecimalType(5, 2), ["1000.00"]),
+    ("numeric(4,4)", DecimalType(4, 4), ["0.1234", "-0.5"]),
     ("boolean", BooleanType(), ["t", "f", None]),
     ("date", DateType(), ["2024-02-29", "0001-01-01", "9999-12-31", "infinity", "-infinity"]),
     ("date", DateType(), ["2024-01-01 BC", "12345-01-01"]),
@@ -110,7 +113,10 @@ def test_a_postgres_column_reads_at_once_as_value_by_value(pg_type, dtype, texts
 
 
 def test_plain_postgres_columns_take_the_fast_path():
-    plain = [PG_CORPUS[i] for i in (0, 1, 2, 4, 5, 8, 11, 14)]
+    plain = [PG_CORPUS[i] for i in (0, 1, 2, 4, 5, 11, 14, 17)]
+    assert [t for t, _d, _v in plain][-3:] == [
+        "boolean", "timestamp without time zone", "character varying(16)"
+    ]  # fmt: skip
     for pg_type, dtype, texts in plain:
         assert _fast_or_none(spark_column, texts, pg_type, dtype) is not None, pg_type
 

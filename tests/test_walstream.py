@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from connectql.connectors.postgres import cdc, walstream
+from connectql.connectors.postgres.pgoutput import Decoder
 from connectql.connectors.postgres.source import ReaderConfig
 from tests.helpers import wait_until
 from tests.pgserver import create_database
@@ -72,7 +73,8 @@ def test_the_tailer_spools_plans_confirms_and_starts_again(setup):
     window = tailer.window(start)
     assert window.full and window.last_relevant is not None
     assert ends[0] < window.last_relevant <= ends[1]
-    txns = list(walstream.read_spool(tailer.spool, start, window.last_relevant))
+    decoder = Decoder(cdc.type_names(conn))  # the reader decodes the messages spooled
+    txns = list(walstream.read_spool(tailer.spool, start, window.last_relevant, decoder))
     assert [[(c.op, c.values) for c in changes] for _lsn, _ts, _xid, changes in txns] == [
         [("c", {"id": "1", "v": "a"})],
         [("c", {"id": "2", "v": "b"}), ("c", {"id": "3", "v": "c"})],
@@ -94,5 +96,8 @@ def test_the_tailer_spools_plans_confirms_and_starts_again(setup):
     tailer.close()
     again = tail(window.last_relevant)
     wait_until(lambda: again.seen >= ends[-1], 30, what="the new tailer to catch up")
-    (last,) = walstream.read_spool(again.spool, window.last_relevant, again.window(0).last_relevant)
+    upto = again.window(0).last_relevant
+    (last,) = walstream.read_spool(
+        again.spool, window.last_relevant, upto, Decoder(cdc.type_names(conn))
+    )
     assert [(c.op, c.values["v"]) for c in last[3]] == [("u", "A")]

@@ -61,7 +61,13 @@ def spark_column(values: list, pg_type: str, dtype: DataType) -> pa.Array | None
         known = pc.is_in(text.drop_null(), value_set=pa.array(["t", "f"]))
         return pc.equal(text, "t") if pc.all(known).as_py() is not False else None
     if isinstance(dtype, DecimalType):
-        target = pa.decimal128(dtype.precision, dtype.scale)
+        # Arrow's cast wraps a value of more digits than the type holds (pyarrow 2x):
+        # only texts whose digits fit as they are go to it, the rest round or fail value by value
+        p, s = dtype.precision, dtype.scale
+        fits = rf"^-?\d{{1,{p - s}}}(\.\d{{0,{s}}})?$" if p > s else rf"^-?0(\.\d{{0,{s}}})?$"
+        if pc.all(pc.match_substring_regex(text, fits)).as_py() is False:
+            return None
+        target = pa.decimal128(p, s)
     return pc.cast(text, target)
 
 

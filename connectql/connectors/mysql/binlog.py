@@ -68,6 +68,8 @@ EVENTS += [MariadbGtidEvent, RotateEvent]
 OPS = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
 SNAPSHOT_SEQ = 0  # changes count from 1 within their transaction, so snapshot rows sort first
 NO_PRIVILEGE, LOG_GONE = 1227, 1236
+# what mysql-replication raises at a row it cannot decode (e.g. a DATE '2024-02-31')
+UNDECODABLE = (ValueError, ArithmeticError, LookupError, UnicodeError)
 
 
 def position(file: str, pos: int) -> dict:
@@ -151,7 +153,7 @@ class RowCounts:
             return max(1, round(ev.event_size / size))
         try:
             rows = len(ev.rows)
-        except (ValueError, ArithmeticError, LookupError, UnicodeError):
+        except UNDECODABLE:
             return 1  # a row it cannot decode: the batch's read makes it a dead letter
         if rows:
             self.sizes[key] = ev.event_size / rows
@@ -251,7 +253,7 @@ def _decoded(ev, stream) -> list[tuple]:
     under ALLOW_INVALID_DATES) is one POISON change with the error, not the whole log's end."""
     try:
         return _rows(ev)
-    except (ValueError, ArithmeticError, LookupError, UnicodeError) as e:
+    except UNDECODABLE as e:
         where = {"file": stream.log_file, "pos": ev.packet.log_pos, "event": type(ev).__name__}
         return [(ev.table, POISON, {"error": e, "at": where}, None)]
 

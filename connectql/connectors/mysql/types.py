@@ -298,7 +298,7 @@ def binlog_column(values: list, c: Column, dtype: DataType) -> pa.Array | None:
         or (isinstance(dtype, DateType) and kind == "date")
     )
     if plain:
-        return pa.array(values, to_arrow_schema(StructType().add("v", dtype)).field("v").type)
+        return pa.array(values, arrow_schema(StructType().add("v", dtype)).field("v").type)
     if isinstance(dtype, TimestampType) and kind == "timestamp":
         naive = pa.array(values, pa.timestamp("us"))
         first = pc.min(naive).as_py()

@@ -79,6 +79,13 @@ class Decoder:
         self.type_name = type_name
         self.relations: dict[int, Relation] = {}
 
+    def relation(self, oid: int) -> Relation:
+        """The table a change message names (its Relation message came first)."""
+        rel = self.relations.get(oid)
+        if rel is None:
+            raise ValueError("pgoutput sent a change before its table's Relation message")
+        return rel
+
     def feed(self, data: bytes) -> Begin | Commit | Change | None:
         """One message; None for those that carry no row change (Relation, Type, Origin,
         Truncate, logical messages)."""
@@ -111,9 +118,7 @@ class Decoder:
         self.relations[oid] = Relation(f"{schema}.{name}", tuple(columns), frozenset(key), types)
 
     def _change(self, kind: bytes, r: _Reader) -> Change:
-        rel = self.relations.get(r.int32())
-        if rel is None:
-            raise ValueError("pgoutput sent a change before its table's Relation message")
+        rel = self.relation(r.int32())
         old = None
         tag = r.byte()
         if tag in (ord("K"), ord("O")):

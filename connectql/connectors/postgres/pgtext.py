@@ -61,7 +61,7 @@ def spark_column(values: list, pg_type: str, dtype: DataType) -> pa.Array | None
         known = pc.is_in(text.drop_null(), value_set=pa.array(["t", "f"]))
         return pc.equal(text, "t") if pc.all(known).as_py() is not False else None
     if isinstance(dtype, DecimalType):
-        # Arrow's cast wraps a value of more digits than the type holds (pyarrow 2x):
+        # Arrow's cast wraps a value of more digits than the type holds (pyarrow 26):
         # only texts whose digits fit as they are go to it, the rest round or fail value by value
         p, s = dtype.precision, dtype.scale
         fits = rf"^-?\d{{1,{p - s}}}(\.\d{{0,{s}}})?$" if p > s else rf"^-?0(\.\d{{0,{s}}})?$"
@@ -69,21 +69,6 @@ def spark_column(values: list, pg_type: str, dtype: DataType) -> pa.Array | None
             return None
         target = pa.decimal128(p, s)
     return pc.cast(text, target)
-
-
-_INTS = {"smallint", "integer", "bigint", "int2", "int4", "int8", "int"}
-_FAST = {
-    **{(t, k): a for t in _INTS for k, a in ((ShortType, pa.int16()), (IntegerType, pa.int32()),
-                                             (LongType, pa.int64()))},
-    **{(t, k): a for t in ("real", "double precision", "float4", "float8", "float")
-       for k, a in ((FloatType, pa.float32()), (DoubleType, pa.float64()))},
-    **{(t, DecimalType): "decimal" for t in ("numeric", "decimal")},
-    **{(t, BooleanType): "bool" for t in ("boolean", "bool")},
-    ("date", DateType): pa.date32(),
-    **{(t, TimestampNTZType): pa.timestamp("us") for t in ("timestamp without time zone", "timestamp")},
-    **{(t, TimestampType): pa.timestamp("us", "UTC")
-       for t in ("timestamp with time zone", "timestamptz")},
-}  # fmt: skip
 
 
 _BEYOND_RE = re.compile(r"(\d{5,}-|.* BC$)")
@@ -121,6 +106,18 @@ _TS_TYPES = {"timestamp without time zone", "timestamp"}
 _TSTZ_TYPES = {"timestamp with time zone", "timestamptz"}
 _TIME_TYPES = {"time without time zone", "time"}
 _BYTEA_TYPES = {"bytea"}
+# (type, Spark type) -> what Arrow casts its texts to, for spark_column (oid: not an int there)
+_FAST = {
+    **{(t, k): a for t in _INT_TYPES - {"oid"} for k, a in (
+        (ShortType, pa.int16()), (IntegerType, pa.int32()), (LongType, pa.int64()))},
+    **{(t, k): a for t in _FLOAT_TYPES for k, a in (
+        (FloatType, pa.float32()), (DoubleType, pa.float64()))},
+    **{(t, DecimalType): "decimal" for t in _NUMERIC_TYPES},
+    **{(t, BooleanType): "bool" for t in _BOOL_TYPES},
+    **{(t, DateType): pa.date32() for t in _DATE_TYPES},
+    **{(t, TimestampNTZType): pa.timestamp("us") for t in _TS_TYPES},
+    **{(t, TimestampType): pa.timestamp("us", "UTC") for t in _TSTZ_TYPES},
+}  # fmt: skip
 
 _TYPMOD_RE = re.compile(r"\s*\(\s*\d+\s*(?:,\s*-?\d+\s*)?\)")
 

@@ -2,11 +2,12 @@
 process holds the slot's one replication connection (psycopg2's LogicalReplicationConnection;
 psycopg 3 has no replication protocol) and spools each transaction of the captured tables, as
 the pgoutput messages the server sent (and the Relation messages they need), to a file named by
-its commit LSN in a directory beside the checkpoint: the tailer only frames and counts them; a
-batch's reader decodes them (decoding once, in the process that converts them). latestOffset looks batches up in the spool, read() (in other processes) reads a
-range of its files, and commit sends the committed LSN as the slot's flush position and deletes
-the files up to it. The slot never passes what the checkpoint committed, so after a restart the
-tailer spools again from there and a replayed batch reads the same transactions."""
+its commit LSN in a directory beside the checkpoint: the tailer only frames and counts them, a
+batch's reader decodes them, once. latestOffset looks batches up in the spool, read() (in other
+processes) reads a range of its files, and commit sends the committed LSN as the slot's flush
+position and deletes the files up to it. The slot never passes what the checkpoint committed, so
+after a restart the tailer spools again from there and a replayed batch reads the same
+transactions."""
 
 from __future__ import annotations
 
@@ -244,9 +245,7 @@ class Tailer:
             kind = data[:1]
             if kind in CHANGES:
                 oid = _OID(data, 1)[0]
-                if decoder.relations.get(oid) is None:
-                    raise ValueError("pgoutput sent a change before its table's Relation message")
-                if decoder.relations[oid].table in self.captured:
+                if decoder.relation(oid).table in self.captured:
                     txn.append(data)
                     used.add(oid)
             elif kind == b"R":

@@ -23,8 +23,8 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 
 
 class ChangeRows:
-    """Collects change rows of `table`, column by column as the log decoded them, and converts
-    each column at once when the batch is built: `fast(field, db_type, values)` may give the
+    """Collects change rows of `table` as the log decoded them, and converts each column at
+    once when the batch is built: `fast(field, db_type, values)` may give the
     whole column as an Arrow array (None, or an error, where it cannot), else each value goes
     through `convert(value, field, types)` (`types`: as given to add). A value neither can read
     makes its row a dead letter (Changes), the rest of the batch goes on."""
@@ -42,7 +42,10 @@ class ChangeRows:
         self.types: list[dict] = []
         self.distinct_types: list[dict] = []
         self.poison: list[Callable[[Exception], dict] | None] = []
-        self.count = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.values)
 
     def add(self, op: str, values: dict, before: dict | None, meta: dict, types=None,
             poison=None) -> None:  # fmt: skip
@@ -82,7 +85,6 @@ class ChangeRows:
             self.distinct_types.append(types)
         self.types.append(types)
         self.poison.append(poison)
-        self.count += 1
 
     def batch(self, unreadable: Callable[[dict], None] | None = None) -> pa.RecordBatch:
         """The rows as a batch; each row with a value that cannot be read is handed to

@@ -162,6 +162,32 @@ def test_a_numeric_past_its_decimal_type_fails_through_connectorx_as_through_cop
         conn.close()
 
 
+def test_an_unconstrained_numeric_is_its_text_through_connectorx_as_through_copy(pg_db):  # noqa: F811
+    """An unconstrained numeric travels as its text (each value's own scale, NaN, any number
+    of digits): connectorx and COPY read the same texts PostgreSQL prints."""
+    name, info = pg_db
+    pgvalues.sql(info, "CREATE TABLE nums (id int, n numeric)")
+    texts = ["1.500", "10", "NaN", "-Infinity", "1" + "0" * 40 + ".25", "0.0000001", None]
+    for i, text in enumerate(texts):
+        pgvalues.sql(info, "INSERT INTO nums VALUES (%s, %s::numeric)", (i, text))
+    types = {"id": "integer", "n": "numeric"}
+    schema = T.StructType(
+        [T.StructField("id", T.IntegerType()), T.StructField("n", T.StringType())]
+    )
+    cfg = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "database": name}
+    conn = pg_connect(cfg, autocommit=True)
+    try:
+        where, params = polling.range_where(PgDb(conn, types), ["id"], ["-1"], ["10"])
+        fast = PgDb(conn, types, arrowread.url("postgresql", cfg, 5432))  # no bound: no task
+        assert fast.fast('"public"."nums"', where, params, schema, ["id"]) is not None
+        for db in (fast, PgDb(conn, types)):
+            read = list(db.read('"public"."nums"', where, params, schema, ["id"]))
+            got = sorted(r for b in read for r in zip(*b.to_pydict().values(), strict=True))
+            assert [n for _i, n in got] == texts
+    finally:
+        conn.close()
+
+
 def test_bounds_are_inlined_only_when_they_are_integers():
     sql = "SELECT a FROM t WHERE `id` > %s AND `id` <= %s"
     assert arrowread.inline(sql, ["10", "-20"]) == (

@@ -40,7 +40,7 @@ class PgDb:
         return self.conn.execute(sql, list(params)).fetchall()
 
     def select_list(self, schema: StructType) -> str:
-        return ", ".join(select_expr(f.name, f.dataType) for f in schema.fields)
+        return ", ".join(select_expr(f.name, f.dataType, self.types.get(f.name)) for f in schema)
 
     def read(self, relation, where, params, schema, order) -> Iterator[pa.RecordBatch]:
         fast = self.fast(relation, where, params, schema, order)
@@ -78,19 +78,22 @@ class PgDb:
         ]
 
     def fast_list(self, schema: StructType) -> str | None:
-        """select_expr's columns, decimals as text (connectorx's decimals hold 10 digits of
-        scale), bytea as bytes; None when a column is an array or a string not of text or
-        varchar."""
+        """select_expr's columns, decimals (and an unconstrained numeric's text) as text
+        (connectorx's decimals hold 10 digits of scale), bytea as bytes; None when a column is
+        an array or a string not of text, varchar or numeric."""
         out = []
         for f in schema.fields:
-            expr = select_expr(f.name, f.dataType)
+            expr = select_expr(f.name, f.dataType, self.types.get(f.name))
+            numeric = isinstance(f.dataType, DecimalType) or self.types.get(f.name) == "numeric"
             if isinstance(f.dataType, ArrayType):
                 return None
-            if isinstance(f.dataType, StringType) and not PLAIN_TEXT.match(self.types[f.name]):
+            if isinstance(f.dataType, StringType) and not (
+                numeric or PLAIN_TEXT.match(self.types[f.name])
+            ):
                 return None
             if isinstance(f.dataType, BinaryType):
                 expr = self.quote(f.name)
-            out.append(f"({expr})::text" if isinstance(f.dataType, DecimalType) else expr)
+            out.append(f"({expr})::text" if numeric else expr)
         return ", ".join(out)
 
     def arrow(self, sql: str, params: Sequence, schema: StructType) -> Iterator[pa.RecordBatch]:

@@ -38,13 +38,38 @@ def spark_value(text: str | None, pg_type: str, dtype: DataType):
         return None
     if isinstance(dtype, StringType):
         return text
+    if isinstance(dtype, ArrayType) and text.startswith("{{"):
+        raise ValueError(f"{pg_type} value {text[:200]} has more than one dimension: {_ONE_DIM}")
+    if _texts(dtype):  # an array of texts: each element as PostgreSQL prints it
+        return _fit(to_python(text, "text[]"), dtype)
     try:
         value = to_python(text, pg_type)
     except ValueError:
         if not _BEYOND_RE.match(text):
             raise
         value = to_python("-infinity" if text.endswith(" BC") else "infinity", pg_type)
+    if (
+        isinstance(value, _dt.datetime) and value in _LATEST
+    ):  # the clamp, in the column's precision (.999999 rounds up in (3))
+        return _truncated(value, timestamp_precision(pg_type))
     return _fit(value, dtype)
+
+
+def timestamp_precision(pg_type: str | None) -> int:
+    """The fractional digits of a timestamp type: 3 for 'timestamp(3) with time zone', 6
+    when it declares none."""
+    m = _PRECISION_RE.match(pg_type or "")
+    return int(m.group(1)) if m else 6
+
+
+def _texts(dtype: DataType) -> bool:
+    while isinstance(dtype, ArrayType):
+        dtype = dtype.elementType
+    return isinstance(dtype, StringType)
+
+
+def _truncated(value: _dt.datetime, precision: int) -> _dt.datetime:
+    return value.replace(microsecond=value.microsecond - value.microsecond % 10 ** (6 - precision))
 
 
 def spark_column(values: list, pg_type: str, dtype: DataType) -> pa.Array | None:
@@ -72,12 +97,16 @@ def spark_column(values: list, pg_type: str, dtype: DataType) -> pa.Array | None
 
 
 _BEYOND_RE = re.compile(r"(\d{5,}-|.* BC$)")
+_ONE_DIM = "connectql reads one-dimensional arrays"
+_PRECISION_RE = re.compile(r"^timestamp\((\d)\)")
+_LATEST = {_dt.datetime.max, _dt.datetime.max.replace(tzinfo=_dt.timezone.utc)}
 
 
 def _fit(value, dtype: DataType):
     if isinstance(value, list):
-        inner = dtype.elementType if isinstance(dtype, ArrayType) else dtype
-        return [None if v is None else _fit(v, inner) for v in value]
+        if not isinstance(dtype, ArrayType):
+            raise ValueError(f"an array of more dimensions than its column's: {_ONE_DIM}")
+        return [None if v is None else _fit(v, dtype.elementType) for v in value]
     if isinstance(value, Decimal) and not value.is_finite():
         return None
     if isinstance(value, Decimal) and isinstance(dtype, DecimalType):

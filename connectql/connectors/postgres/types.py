@@ -29,7 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connectql.connectors.postgres.pgtext import spark_value
+from connectql.connectors.postgres.pgtext import spark_value, timestamp_precision
 from connectql.connectors.relational import declared
 
 _SIMPLE = {
@@ -53,7 +53,9 @@ _SIMPLE = {
     "interval": "STRING",
     "date": "DATE",
     "bytea": "BINARY",
-    "numeric": "DECIMAL(38,18)",
+    # unconstrained: its exact text, as PostgreSQL prints it (each value's own scale, NaN,
+    # ±Infinity, any number of digits; the declared type travels with it)
+    "numeric": "STRING",
     "oid": "BIGINT",
 }
 # types read as their text form (STRING): what the other cdc tools give and users query
@@ -76,7 +78,8 @@ MAX_DECIMAL_PRECISION = 38
 
 
 def spark_type(pg_type: str, is_enum: bool = False) -> str | None:
-    """The Spark DDL type for a PostgreSQL type as `format_type()` prints it; None if unsupported."""
+    """The Spark DDL type for a PostgreSQL type as `format_type()` prints it; None for an
+    array of arrays."""
     if pg_type.endswith("[]"):
         inner = spark_type(pg_type[:-2], is_enum)
         return f"ARRAY<{inner}>" if inner and not inner.startswith("ARRAY") else None
@@ -91,7 +94,9 @@ def spark_type(pg_type: str, is_enum: bool = False) -> str | None:
         precision, scale = int(m.group(1)), int(m.group(2))
         # wider than Spark's decimals: its exact text (the declared type travels with it)
         return f"DECIMAL({precision},{scale})" if precision <= MAX_DECIMAL_PRECISION else "STRING"
-    return next((t for p, t in _PATTERNS if p.match(pg_type)), None)
+    # any other type: its text form, which its input function reads back (the declared type
+    # travels with it, so a PostgreSQL target recreates it)
+    return next((t for p, t in _PATTERNS if p.match(pg_type)), "STRING")
 
 
 # ------------------------------------------------------------------ reading: COPY CSV -> Arrow
@@ -102,13 +107,15 @@ TIMESTAMP_US_RANGE = (-62_135_596_800_000_000, 253_402_300_799_999_999)
 DATE_DAYS_RANGE = (-719_162, 2_932_896)
 
 
-def select_expr(column: str, dtype: DataType) -> str:
-    """How a source selects a column so that its CSV text converts into Arrow exactly. Strings
-    and arrays are the type's own text form (its output function, as the change log has it;
-    not a ::text cast, which prints inet and char(n) otherwise)."""
+def select_expr(column: str, dtype: DataType, pg_type: str | None = None) -> str:
+    """How a source selects a column (of PostgreSQL type `pg_type`) so that its CSV text
+    converts into Arrow exactly. Strings and arrays are the type's own text form (its output
+    function, as the change log has it; not a ::text cast, which prints inet and char(n)
+    otherwise). A timestamp past Spark's range is its latest value in the column's precision."""
     q = '"' + column.replace('"', '""') + '"'
     if isinstance(dtype, (TimestampType, TimestampNTZType)):
         low, high = TIMESTAMP_US_RANGE
+        high -= high % 10 ** (6 - timestamp_precision(pg_type))
         return _finite(q, f"(extract(epoch from {q}) * 1000000)::bigint", low, high)
     if isinstance(dtype, DateType):
         low, high = DATE_DAYS_RANGE

@@ -509,3 +509,34 @@ def kill_during_change_capture(p: dict, total: int, batch_rows: int) -> None:
     assert_no_duplicate_change(changes)
     assert_every_transaction_once(changes, writer.committed)
     assert_inserts_once(changes, writer.committed)
+
+
+def killed_once(home, script, logs, ready) -> None:
+    """A worker on `script`, killed with SIGKILL (with its JVM) once `ready()` is true."""
+    first = start_worker(home, script, logs, "first")
+    try:
+
+        def live_and_ready():
+            assert first.poll() is None, describe(logs, home, "first")
+            return ready()
+
+        wait_until(live_and_ready, timeout=180, every=0.05, what="work before the kill")
+    finally:
+        kill_everything(first)
+    assert first.returncode == -signal.SIGKILL
+
+
+def resumed_until(home, script, logs, done, what: str) -> None:
+    """A new worker on the same home and script until `done()`, then stopped with Ctrl-C."""
+    second = start_worker(home, script, logs, "second")
+    try:
+
+        def live_and_done():
+            assert second.poll() is None, describe(logs, home, "second")
+            return done()
+
+        wait_until(live_and_done, timeout=300, every=0.5, what=what)
+        second.send_signal(signal.SIGINT)
+        assert second.wait(timeout=120) == 0, describe(logs, home, "second")
+    finally:
+        kill_everything(second)

@@ -518,6 +518,34 @@ AUDIT = {
     "postgres sink streams": "test_multitable.py::test_one_sink_writes_each_stream_of_a_multi_table_source_into_its_own_table",
     "mysql sink streams": "test_multitable.py::test_one_mysql_sink_of_several_streams",
 }
+_REDIS = "test_redis.py::"
+_REDIS_READ = _REDIS + "test_a_source_reads_each_entry_once_across_stops_and_a_replay"
+_REDIS_FIELDS = _REDIS + "test_a_source_with_its_own_fields_reads_text_or_bytes_values"
+_REDIS_ROUTES = _REDIS + "test_a_sink_routes_rows_by_a_column_trims_and_writes_text"
+_REDIS_ACL = _REDIS + "test_a_user_and_password_reach_an_acl_server_and_stay_secret"
+AUDIT |= {
+    "redis source url": _REDIS_READ,
+    "redis source user": _REDIS_ACL,
+    "redis source password": _REDIS_ACL,
+    "redis source key": _REDIS_READ,
+    "redis source start": _REDIS + "test_a_source_starting_at_latest_reads_only_later_entries",
+    "redis source value.field": _REDIS_FIELDS,
+    "redis source key.field": _REDIS_FIELDS,
+    "redis source format": _REDIS_FIELDS,
+    "redis source schema": _REDIS + "test_a_source_starting_at_latest_reads_only_later_entries",
+    "redis source poll.interval.ms": _REDIS_ACL,
+    "redis source batch.max.records": _REDIS + "test_a_killed_worker_copies_every_entry_once",
+    "redis sink url": _REDIS + "test_a_sink_adds_each_row_once_across_a_replay",
+    "redis sink user": _REDIS_ACL,
+    "redis sink password": _REDIS_ACL,
+    "redis sink key": _REDIS + "test_a_sink_adds_each_row_once_across_a_replay",
+    "redis sink key.column": _REDIS_ROUTES,
+    "redis sink value.field": _REDIS_ROUTES,
+    "redis sink key.field": _REDIS_ROUTES,
+    "redis sink format": _REDIS_ROUTES,
+    "redis sink maxlen": _REDIS_ROUTES,
+    "redis sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
+}
 _RETENTION = "test_retention.py::"
 AUDIT |= {
     "SET stream.retention": _RETENTION + "test_worker_defaults_apply_to_streams_that_set_none",

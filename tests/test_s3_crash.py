@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import signal
 
 import duckdb
 import pyarrow as pa
@@ -16,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectql.catalog.streams import committed_files
-from tests.crash import describe, kill_everything, start_worker
-from tests.helpers import read_parquet_rows, wait_until
+from tests.crash import killed_once, resumed_until
+from tests.helpers import read_parquet_rows
 from tests.s3server import bucket, s3server  # noqa: F401
 from tests.test_s3_io import put
 
@@ -38,37 +37,6 @@ CREATE SOURCE CONNECTOR IF NOT EXISTS landing FROM s3 INTO events WITH (
 def in_stream(stream) -> int:
     got = read_parquet_rows(stream, "SELECT count(*) FROM t")
     return got[0][0] if got else 0
-
-
-def killed_once(home, script, logs, ready) -> None:
-    """A worker on `script`, killed with SIGKILL (with its JVM) once `ready()` is true."""
-    first = start_worker(home, script, logs, "first")
-    try:
-
-        def live_and_ready():
-            assert first.poll() is None, describe(logs, home, "first")
-            return ready()
-
-        wait_until(live_and_ready, timeout=180, every=0.05, what="work before the kill")
-    finally:
-        kill_everything(first)
-    assert first.returncode == -signal.SIGKILL
-
-
-def resumed_until(home, script, logs, done, what: str) -> None:
-    """A new worker on the same home and script until `done()`, then stopped with Ctrl-C."""
-    second = start_worker(home, script, logs, "second")
-    try:
-
-        def live_and_done():
-            assert second.poll() is None, describe(logs, home, "second")
-            return done()
-
-        wait_until(live_and_done, timeout=300, every=0.5, what=what)
-        second.send_signal(signal.SIGINT)
-        assert second.wait(timeout=120) == 0, describe(logs, home, "second")
-    finally:
-        kill_everything(second)
 
 
 @pytest.mark.scenario

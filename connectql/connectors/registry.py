@@ -26,6 +26,7 @@ BUILTINS: tuple[str, ...] = (
     "connectql.connectors.postgres:PLUGIN",
     "connectql.connectors.mysql:PLUGIN",
     "connectql.connectors.s3:CONNECTOR",
+    "connectql.connectors.redis:CONNECTOR",
 )
 
 

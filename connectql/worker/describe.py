@@ -113,13 +113,20 @@ def _runs_as(worker, name: str) -> str:
     return "its own Spark query" if engine.is_active(name) else "not running in this worker"
 
 
+def _complex(type_json: dict) -> str:
+    """An array, map or struct type as Spark writes it in DDL: map<string,string>."""
+    from pyspark.sql.types import _parse_datatype_json_value
+
+    return _parse_datatype_json_value(type_json).simpleString()
+
+
 def _stream(worker, name: str) -> Result:
     st = worker.catalog.get_stream(name)
     fields = json.loads(st.schema_json)["fields"] if st.schema_json else []
     columns = [
         (
             f"column {f['name']}",
-            (f["type"] if isinstance(f["type"], str) else json.dumps(f["type"]))
+            (f["type"] if isinstance(f["type"], str) else _complex(f["type"]))
             + ("" if f.get("nullable", True) else " NOT NULL")
             + declared.shown(f.get("metadata")),
         )

@@ -3,12 +3,9 @@ template, and rows cut into objects of at most file.max.records."""
 
 from __future__ import annotations
 
-import base64
 import json
 import string
 from dataclasses import dataclass
-from datetime import date, datetime
-from decimal import Decimal
 
 import fastavro
 import pyarrow as pa
@@ -16,6 +13,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from connectql.errors import ValidationError
+from connectql.toolkit.messages import json_value
 
 SINK_FORMATS = ("parquet", "jsonl", "csv", "avro")
 COMPRESSIONS = ("none", "gzip", "zstd", "snappy")
@@ -73,18 +71,8 @@ class ObjectFormat:
 
 def _write_jsonl(out, table: pa.Table) -> None:
     for batch in table.to_batches(max_chunksize=10_000):
-        text = "".join(json.dumps(r, default=_json_value) + "\n" for r in batch.to_pylist())
+        text = "".join(json.dumps(r, default=json_value) + "\n" for r in batch.to_pylist())
         out.write(text.encode())
-
-
-def _json_value(value):
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
 def _avro_type(t: pa.DataType, column: str):

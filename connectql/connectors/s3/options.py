@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from connectql.config import Option
-from connectql.connectors.s3 import ddl, records
+from connectql.connectors.s3 import records
 from connectql.connectors.s3.records import Format
 from connectql.connectors.s3.store import Matcher, Place, place_of
 from connectql.errors import PlanError, ValidationError
-from connectql.toolkit import SOURCE
+from connectql.toolkit import SOURCE, ddl
+from connectql.toolkit.ddl import spark_types
 
 
 def _declared(*options: Option) -> dict[str, Option]:
@@ -118,17 +118,4 @@ def infer_arrow(fs, s: SourceSettings, key: str) -> pa.Schema:
                 f"s3 source: cannot infer the schema of {s.place.url(key)} as"
                 f" {s.format.name}: {str(e).splitlines()[0]}; give it with schema = '...'"
             ) from None
-    return pa.schema([pa.field(f.name, _spark_type(f.type)) for f in found])
-
-
-def _spark_type(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_timestamp(t):
-        return pa.timestamp("us", tz="UTC")
-    return t
-
-
-def spark_ddl(schema: pa.Schema) -> str:
-    struct = from_arrow_schema(schema, prefer_timestamp_ntz=False)
-    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in struct.fields)
+    return spark_types(found)

@@ -20,6 +20,7 @@ from connectql.connectors.s3.store import (
 )
 from connectql.errors import PermanentError, PlanError
 from connectql.toolkit import SOURCE, DeadLetter, Retryable, Source
+from connectql.toolkit.ddl import spark_ddl
 
 RAW_KEPT = 64 << 10  # bytes of an object that does not decode kept in its dead letter
 
@@ -64,7 +65,7 @@ class S3Source(Source):
         return f"{given}, `{SOURCE}` STRING" if given else self._inferred()
 
     def _inferred(self) -> str:
-        return declared.spark_ddl(self._arrow()) + f", `{SOURCE}` STRING"
+        return spark_ddl(self._arrow()) + f", `{SOURCE}` STRING"
 
     def _arrow(self) -> pa.Schema:
         """The records' types: the schema given, or inferred from the first object (once per

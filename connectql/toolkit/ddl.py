@@ -1,5 +1,5 @@
-"""Spark DDL ('id BIGINT, tags ARRAY<STRING>') as an Arrow schema, without a JVM: the types the
-s3 source parses records into on Spark's Python workers."""
+"""Spark DDL ('id BIGINT, tags ARRAY<STRING>') as an Arrow schema and back, without a JVM: the
+types a source parses records into on Spark's Python workers (the s3 source, the brokers')."""
 
 from __future__ import annotations
 
@@ -126,3 +126,25 @@ def _type(tokens: _Tokens) -> pa.DataType:
         tokens.take(">")
         return pa.struct(fields)
     tokens.fail(f"unknown type {word!r}")
+
+
+def spark_types(schema: pa.Schema) -> pa.Schema:
+    """An inferred Arrow schema in the types Spark holds (large strings as strings,
+    timestamps as UTC microseconds)."""
+    return pa.schema([pa.field(f.name, _spark_type(f.type)) for f in schema])
+
+
+def _spark_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC")
+    return t
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """Spark DDL of an Arrow schema."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    struct = from_arrow_schema(schema, prefer_timestamp_ntz=False)
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in struct.fields)

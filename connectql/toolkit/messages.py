@@ -1,0 +1,253 @@
+"""Messages: the columns every broker source gives its rows (fixed by the toolkit, like the change
+envelope) and the value formats (json, text, bytes) a broker source parses and a broker sink
+writes, so that one broker's rows go to another's sink unchanged.
+
+A source's row is its value's columns (`format = 'json'`: the columns of `schema`, given or
+inferred from a sample; 'text': `value STRING`; 'bytes': `value BINARY`) and then:
+
+    __key        STRING               the message key (NULL: none)
+    __headers    MAP<STRING, STRING>  its headers or properties (NULL: none)
+    __topic      STRING               the subject, topic, queue or stream key it came from
+    __partition  INT                  its partition (NULL where the broker has none)
+    __position   STRING               where it is: offset, sequence, entry id (as text)
+    __timestamp  TIMESTAMP            the broker's timestamp of it (NULL: none)
+
+Bytes that are not UTF-8 in a key or a header are `base64:` and their base64 (as a dead letter's
+raw record): `message_bytes` gives the bytes back. A sink takes `__key` and `__headers` as the
+message's key and headers when the stream has them, and leaves the message columns out of a
+json value."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.json as pajson
+
+from connectql.config import Option
+from connectql.errors import ValidationError
+from connectql.toolkit.ddl import arrow_schema, spark_ddl, spark_types
+from connectql.toolkit.source import RAW_BASE64, raw_text
+
+KEY, HEADERS, TOPIC, PARTITION, POSITION, TIMESTAMP = (
+    "__key", "__headers", "__topic", "__partition", "__position", "__timestamp",
+)  # fmt: skip
+MESSAGE_SCHEMA = pa.schema(
+    [
+        (KEY, pa.string()),
+        (HEADERS, pa.map_(pa.string(), pa.string())),
+        (TOPIC, pa.string()),
+        (PARTITION, pa.int32()),
+        (POSITION, pa.string()),
+        (TIMESTAMP, pa.timestamp("us", tz="UTC")),
+    ]
+)
+MESSAGE_COLUMNS = tuple(MESSAGE_SCHEMA.names)
+MESSAGE_DDL = (
+    f"`{KEY}` STRING, `{HEADERS}` MAP<STRING, STRING>, `{TOPIC}` STRING, `{PARTITION}` INT,"
+    f" `{POSITION}` STRING, `{TIMESTAMP}` TIMESTAMP"
+)
+FORMATS = ("json", "text", "bytes")
+VALUE = "value"  # the one column of a text or bytes value
+INFER_MESSAGES = 1000  # messages a json schema is inferred from
+
+
+def format_options(role: str) -> tuple[Option, ...]:
+    """The `format` (and for a source `schema`) options a broker connector declares."""
+    if role == "sink":
+        doc = (
+            "json: each row as a JSON object (the message columns left out); text or bytes:"
+            " the row's `value` column as the message"
+        )
+        return (Option("format", "enum", "json", choices=FORMATS, doc=doc),)
+    return (
+        Option(
+            "format",
+            "enum",
+            "json",
+            choices=FORMATS,
+            doc="json: a JSON object per message, its fields the columns of `schema`; text: one"
+            " `value STRING` column; bytes: one `value BINARY` column",
+        ),
+        Option(
+            "schema",
+            doc="json: Spark DDL of the messages' fields, e.g. 'id BIGINT, name STRING';"
+            f" absent: inferred at CREATE from the first {INFER_MESSAGES} messages",
+        ),
+    )
+
+
+def text_of(raw: bytes | str | None) -> str | None:
+    """A key or header value as the message columns hold it (UTF-8 text, else base64:...)."""
+    return None if raw is None else raw_text(raw)
+
+
+def message_bytes(text: str | None) -> bytes | None:
+    """The bytes a key or header value of the message columns stands for."""
+    if text is None:
+        return None
+    if text.startswith(RAW_BASE64):
+        try:
+            return base64.b64decode(text[len(RAW_BASE64) :], validate=True)
+        except ValueError:
+            pass
+    return text.encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Bad:
+    """A message whose value does not parse: its index in the values given, and why."""
+
+    index: int
+    why: str
+
+
+@dataclass(frozen=True)
+class ValueFormat:
+    """How message values become columns (a source) and rows become values (a sink)."""
+
+    name: str
+    schema: pa.Schema | None = None  # json: the fields' types
+
+    @classmethod
+    def of(cls, options: dict[str, Any], where: str) -> ValueFormat:
+        """From a connector's format and schema options (schema: Spark DDL, or None)."""
+        given = options.get("schema")
+        if given and options.get("format") != "json":
+            raise ValidationError(f"{where}: schema is for format = 'json' only")
+        schema = arrow_schema(given) if given else None
+        clash = sorted(set(MESSAGE_COLUMNS) & set(schema.names if schema else ()))
+        if clash:
+            raise ValidationError(f"{where}: schema must not name {', '.join(clash)}: it is added")
+        return cls(options.get("format") or "json", schema)
+
+    def value_schema(self) -> pa.Schema:
+        if self.name == "text":
+            return pa.schema([(VALUE, pa.string())])
+        if self.name == "bytes":
+            return pa.schema([(VALUE, pa.binary())])
+        if self.schema is None:
+            raise ValueError("format = 'json' needs a schema (given or inferred)")
+        return self.schema
+
+    def row_schema(self) -> pa.Schema:
+        """The source's rows: the value's columns, then the message columns."""
+        return pa.schema([*self.value_schema(), *MESSAGE_SCHEMA])
+
+    def decode(self, values: Sequence[bytes | None]) -> tuple[pa.RecordBatch, list[Bad]]:
+        """The values as a batch of value_schema (a NULL value: a row of NULLs), and the ones
+        that do not parse (left out of the batch: the caller drops their metadata too)."""
+        schema = self.value_schema()
+        if self.name == "bytes":
+            return pa.record_batch([pa.array(values, pa.binary())], schema=schema), []
+        if self.name == "text":
+            return _texts(values, schema)
+        try:
+            return _json_batch(values, schema), []
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
+            pass
+        good, bad = [], []
+        for i, value in enumerate(values):
+            try:
+                good.append(_json_batch([value], schema))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
+                bad.append(Bad(i, _reason(e)))
+        table = pa.Table.from_batches(good, schema) if good else schema.empty_table()
+        return _one(table, schema), bad
+
+    def encode(self, rows: pa.Table | pa.RecordBatch) -> list[bytes | None]:
+        """Each row as a message value (a sink): json objects of the columns other than the
+        message columns, or the `value` column's text or bytes."""
+        if self.name != "json":
+            if VALUE not in rows.schema.names:
+                raise ValueError(f"format = '{self.name}' writes the column `{VALUE}`, not found")
+            column = rows.column(VALUE).to_pylist()
+            return [v.encode("utf-8") if isinstance(v, str) else v for v in column]
+        kept = [n for n in rows.schema.names if n not in MESSAGE_COLUMNS]
+        return [
+            json.dumps(r, default=json_value, ensure_ascii=False).encode("utf-8")
+            for r in rows.select(kept).to_pylist()
+        ]
+
+
+def json_value(value):
+    """json.dumps' default for the values Arrow gives: ISO dates and times, decimals as their
+    text, bytes as base64."""
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def infer_ddl(values: Sequence[bytes | None]) -> str:
+    """Spark DDL of json message values (a sample; those that are no JSON object are passed
+    over), as Spark types."""
+    body = b"\n".join(_one_line(v) for v in values if v and _is_object(v))
+    if not body:
+        raise ValueError("no message to infer the schema from")
+    return spark_ddl(spark_types(pajson.read_json(io.BytesIO(body)).schema))
+
+
+def _is_object(value: bytes) -> bool:
+    try:
+        return isinstance(json.loads(value), dict)
+    except ValueError:
+        return False
+
+
+def with_messages(values: pa.RecordBatch, meta: dict[str, list]) -> pa.RecordBatch:
+    """The value columns and the message columns (`meta`: column -> values; a column not given
+    is NULL)."""
+    n = values.num_rows
+    columns = [*values.columns]
+    for field in MESSAGE_SCHEMA:
+        given = meta.get(field.name)
+        columns.append(
+            pa.array(given, field.type) if given is not None else pa.nulls(n, field.type)
+        )
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema([*values.schema, *MESSAGE_SCHEMA]))
+
+
+def _texts(values, schema) -> tuple[pa.RecordBatch, list[Bad]]:
+    texts, bad = [], []
+    for i, v in enumerate(values):
+        try:
+            texts.append(None if v is None else v.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            bad.append(Bad(i, f"not UTF-8 text: {e}"))
+    return pa.record_batch([pa.array(texts, pa.string())], schema=schema), bad
+
+
+def _json_batch(values: Sequence[bytes | None], schema: pa.Schema) -> pa.RecordBatch:
+    body = b"\n".join(b"{}" if v is None else _one_line(v) for v in values)
+    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    table = pajson.read_json(io.BytesIO(body), parse_options=options)
+    if table.num_rows != len(values):
+        raise ValueError(f"{table.num_rows} JSON objects in {len(values)} messages")
+    return _one(table.select(schema.names).cast(schema), schema)
+
+
+def _one_line(value: bytes) -> bytes:
+    """A JSON text on one line (newlines between tokens are whitespace; inside strings JSON
+    has none)."""
+    return value.replace(b"\r\n", b" ").replace(b"\n", b" ")
+
+
+def _one(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
+    batches = table.combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def _reason(e: Exception) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text[:300]

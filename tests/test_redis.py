@@ -1,0 +1,234 @@
+"""The redis connector against the machine's Redis (127.0.0.1:6379): the source reads each entry
+of several stream keys once across stops and a replayed batch, with the message columns; the
+sink adds each row once across a replay; SQL through a worker (dead letters, inferred schema,
+redis to redis); and a `connectql run` worker killed with SIGKILL mid-way loses and repeats
+nothing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+import redis
+
+from connectql.connectors.redis.sink import PROGRESS, RedisSink
+from connectql.connectors.redis.source import RedisSource
+from connectql.errors import ConnectQLError, ValidationError
+from connectql.toolkit.testing import SinkRun, SourceRun
+from tests.crash import killed_once, resumed_until
+from tests.helpers import read_parquet_rows, run, wait_until
+
+pytestmark = pytest.mark.spark
+
+URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def keys():
+    """A prefix for this test's stream keys; every key under it is deleted afterwards, and the
+    progress of the testing helpers' sinks (connector '', writer 'test') before and after."""
+    client = redis.Redis.from_url(URL)
+    prefix = f"cq-test-{uuid.uuid4().hex[:8]}"
+    client.delete(PROGRESS.format(connector=""))
+    yield prefix
+    for key in client.scan_iter(f"{prefix}*"):
+        client.delete(key)
+    client.delete(PROGRESS.format(connector=""))
+    client.close()
+
+
+def add(key: str, ids: range, **extra) -> list[str]:
+    """JSON messages {"id", "name"} added to `key`, with a message key and a header; their
+    entry ids."""
+    client = redis.Redis.from_url(URL)
+    with client.pipeline(transaction=False) as pipe:
+        for i in ids:
+            value = json.dumps({"id": i, "name": f"n{i}"})
+            pipe.xadd(key, {"value": value, "key": f"k{i}", "origin": key, **extra})
+        return [e.decode() for e in pipe.execute()]
+
+
+def entries(key: str) -> list[tuple[str, dict[str, str]]]:
+    client = redis.Redis.from_url(URL, decode_responses=True)
+    return client.xrange(key)
+
+
+def test_a_source_reads_each_entry_once_across_stops_and_a_replay(spark, keys, tmp_path):
+    a, b = f"{keys}-a", f"{keys}-b"
+    ids_a, ids_b = add(a, range(0, 2500)), add(b, range(2500, 3000))
+    run = SourceRun(RedisSource, {"key": f"{a}, {b}", "url": URL}, tmp_path, max_records=700)
+    run.batches(2)
+    add(a, range(3000, 3200))  # added while no query runs
+    run.to_end()
+    run.replay_last_batch()
+    rows = run.rows()
+    assert Counter(r["id"] for r in rows) == Counter(range(3200))  # each once
+    first = min(rows, key=lambda r: (r["__topic"], r["__position"]))
+    assert first["__topic"] == a and first["__position"] == ids_a[0]
+    assert first["__key"] == "k0" and first["name"] == "n0"
+    assert dict(first["__headers"]) == {"origin": a}
+    assert first["__partition"] is None
+    ms = int(ids_a[0].split("-")[0])
+    assert int(first["__timestamp"].timestamp() * 1000) == ms  # the entry id's time
+    assert {r["__position"] for r in rows if r["__topic"] == b} == set(ids_b)
+
+
+def test_a_source_starting_at_latest_reads_only_later_entries(spark, keys, tmp_path):
+    key = f"{keys}-s"
+    add(key, range(5))
+    options = {"key": key, "url": URL, "start": "latest", "schema": "id BIGINT, name STRING"}
+    run = SourceRun(RedisSource, options, tmp_path)
+    run.to_end()  # the checkpoint starts after the five
+    add(key, range(5, 8))
+    run.to_end()
+    assert sorted(r["id"] for r in run.rows()) == [5, 6, 7]
+
+
+def test_a_sink_adds_each_row_once_across_a_replay(spark, keys, tmp_path):
+    out = f"{keys}-out"
+    schema = pa.schema(
+        [("id", pa.int64()), ("name", pa.string()), ("__key", pa.string()),
+         ("__headers", pa.map_(pa.string(), pa.string()))]
+    )  # fmt: skip
+    run = SinkRun(RedisSink, {"key": out, "url": URL}, tmp_path, schema)
+    for start in (0, 100, 200):
+        run.add(
+            [{"id": i, "name": f"n{i}", "__key": f"k{i}", "__headers": [("h", str(i))]}
+             for i in range(start, start + 100)]
+        )  # fmt: skip
+    run.batches(1)
+    run.to_end()
+    run.replay_last_batch()
+    written = entries(out)
+    assert [json.loads(f["value"])["id"] for _id, f in written] == list(range(300))
+    assert written[7][1] == {"value": '{"id": 7, "name": "n7"}', "key": "k7", "h": "7"}
+    progress = redis.Redis.from_url(URL).hgetall(PROGRESS.format(connector=""))
+    assert int(progress[b"test"]) >= 2  # the writer's last batch id, recorded with its entries
+
+
+def test_a_source_with_its_own_fields_reads_text_or_bytes_values(spark, keys, tmp_path):
+    key = f"{keys}-f"
+    client = redis.Redis.from_url(URL)
+    client.xadd(key, {"body": "héllo", "k": "x", "tag": b"\xff"})
+    client.xadd(key, {"body": b"\x00\xfe"})
+    fields = {"key": key, "url": URL, "value.field": "body", "key.field": "k"}
+    text = SourceRun(RedisSource, {**fields, "format": "text"}, tmp_path / "text")
+    with pytest.raises(AssertionError, match="not UTF-8 text"):  # the second is no text
+        text.to_end()
+    as_bytes = SourceRun(RedisSource, {**fields, "format": "bytes"}, tmp_path / "bytes")
+    as_bytes.to_end()
+    rows = sorted(as_bytes.rows(), key=lambda r: r["__position"])
+    assert [r["value"] for r in rows] == ["héllo".encode(), b"\x00\xfe"]
+    assert rows[0]["__key"] == "x" and dict(rows[0]["__headers"]) == {"tag": "base64:/w=="}
+    assert rows[1]["__key"] is None and rows[1]["__headers"] is None
+
+
+def test_a_sink_routes_rows_by_a_column_trims_and_writes_text(spark, keys, tmp_path):
+    schema = pa.schema([("dest", pa.string()), ("value", pa.string()), ("__key", pa.string())])
+    options = {"key.column": "dest", "url": URL, "format": "text", "maxlen": 100,
+               "value.field": "body", "key.field": "k"}  # fmt: skip
+    run = SinkRun(RedisSink, options, tmp_path, schema)
+    rows = [{"dest": f"{keys}-{i % 2}", "value": f"v{i}", "__key": None} for i in range(1000)]
+    run.add(rows)
+    run.to_end()
+    client = redis.Redis.from_url(URL)
+    assert 100 <= client.xlen(f"{keys}-0") < 500  # MAXLEN ~ 100: trimmed by whole nodes
+    last = entries(f"{keys}-1")[-1][1]
+    assert last == {"body": "v999"}  # no key: no key field
+    with pytest.raises(ValidationError, match="give one of key and key.column"):
+        SinkRun(RedisSink, {"url": URL}, tmp_path / "x", schema)
+
+
+def test_a_user_and_password_reach_an_acl_server_and_stay_secret(worker, keys):
+    client = redis.Redis.from_url(URL)
+    user, password = f"{keys}-user", "pw-" + uuid.uuid4().hex
+    client.acl_setuser(user, enabled=True, passwords=[f"+{password}"], keys=["*"],
+                       commands=["+@all"])  # fmt: skip
+    try:
+        add(f"{keys}-in", range(3))
+        auth = f"url = '{URL}', user = '{user}', password = '{password}'"
+        run(
+            worker,
+            f"""
+            CREATE SOURCE CONNECTOR rin FROM redis INTO msgs WITH ({auth}, key = '{keys}-in',
+              'poll.interval.ms' = 50);
+            CREATE SINK CONNECTOR rout TO redis FROM msgs WITH ({auth}, key = '{keys}-out');
+            """,
+        )
+        wait_until(lambda: len(entries(f"{keys}-out")) == 3, 120, what="the copies")
+        shown = str([r.rows for r in run(worker, "DESCRIBE CONNECTOR rin")])
+        assert user in shown and password not in shown
+        wrong = f"url = '{URL}', user = '{user}', password = 'nope'"
+        with pytest.raises(ConnectQLError) as refused:
+            run(worker, f"CREATE SINK CONNECTOR bad TO redis FROM msgs WITH ({wrong}, key = 'x')")
+        assert "nope" not in str(refused.value)
+    finally:
+        client.acl_deluser(user)
+
+
+def test_redis_to_redis_through_sql_with_dead_letters(worker, keys):
+    """An inferred schema; an entry that does not parse and one without the value field go to
+    the dead-letter stream; the sink writes the rest, in order, with their keys and headers;
+    DROP removes the sink's progress hash."""
+    src, out = f"{keys}-in", f"{keys}-copy"
+    add(src, range(10))
+    client = redis.Redis.from_url(URL)
+    client.xadd(src, {"value": "not json"})
+    client.xadd(src, {"other": "field"})
+    add(src, range(10, 12))
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR rin FROM redis INTO msgs WITH (url = '{URL}', key = '{src}',
+          'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'msgs_dead');
+        CREATE SINK CONNECTOR rout TO redis FROM msgs WITH (url = '{URL}', key = '{out}');
+        """,
+    )
+    wait_until(lambda: len(entries(out)) >= 12, 120, what="the copies")
+    copied = entries(out)
+    assert [json.loads(f["value"])["id"] for _id, f in copied] == list(range(12))
+    assert copied[3][1]["key"] == "k3" and copied[3][1]["origin"] == src
+    home = worker.home
+    letters = read_parquet_rows(
+        home / "streams/msgs_dead", "SELECT error_class, raw_record FROM t ORDER BY 2"
+    )
+    assert letters == [("MALFORMED_RECORD", "not json"), ("MISSING_VALUE", "other=field")]
+    shown = {r[0]: r[1] for r in run(worker, "DESCRIBE STREAM msgs")[0].rows}
+    assert shown["column id"] == "long" and shown["column __headers"] == "map<string,string>"
+    run(worker, "DROP CONNECTOR rout")
+    assert not client.exists(PROGRESS.format(connector="rout"))
+
+
+KILL_TOTAL = 60_000
+KILL_SCRIPT = """
+CREATE SOURCE CONNECTOR IF NOT EXISTS rin FROM redis INTO msgs WITH (url = '{url}',
+  key = '{src}', schema = 'id BIGINT, name STRING', 'batch.max.records' = 2000);
+CREATE SINK CONNECTOR IF NOT EXISTS rout TO redis FROM msgs WITH (url = '{url}', key = '{out}');
+"""
+
+
+def test_a_killed_worker_copies_every_entry_once(tmp_path, keys):
+    """Redis -> stream -> Redis in a `connectql run` worker killed with SIGKILL while it copies:
+    after a restart every entry is in the stream and in the copy exactly once."""
+    src, out = f"{keys}-in", f"{keys}-out"
+    add(src, range(KILL_TOTAL))
+    home, logs = tmp_path / "home", tmp_path / "logs"
+    logs.mkdir()
+    script = tmp_path / "copy.sql"
+    script.write_text(KILL_SCRIPT.format(url=URL, src=src, out=out))
+    client = redis.Redis.from_url(URL)
+
+    def some_copied():
+        n = client.xlen(out)
+        assert n < KILL_TOTAL, "the copy finished before the kill: make it bigger"
+        return n >= 4000
+
+    killed_once(home, script, logs, some_copied)
+    resumed_until(home, script, logs, lambda: client.xlen(out) >= KILL_TOTAL, "every copy")
+    ids = [json.loads(f["value"])["id"] for _id, f in entries(out)]
+    assert Counter(ids) == Counter(range(KILL_TOTAL))  # none lost, none twice
+    stream = read_parquet_rows(home / "streams/msgs", "SELECT count(*), count(DISTINCT id) FROM t")
+    assert stream == [(KILL_TOTAL, KILL_TOTAL)]

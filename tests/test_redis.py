@@ -192,8 +192,12 @@ def test_redis_to_redis_through_sql_with_dead_letters(worker, keys):
     assert [json.loads(f["value"])["id"] for _id, f in copied] == list(range(12))
     assert copied[3][1]["key"] == "k3" and copied[3][1]["origin"] == src
     home = worker.home
-    letters = read_parquet_rows(
-        home / "streams/msgs_dead", "SELECT error_class, raw_record FROM t ORDER BY 2"
+    letters = wait_until(  # a batch's dead letters are committed after its stream's rows
+        lambda: read_parquet_rows(
+            home / "streams/msgs_dead", "SELECT error_class, raw_record FROM t ORDER BY 2"
+        ),
+        30,
+        what="the dead letters",
     )
     assert letters == [("MALFORMED_RECORD", "not json"), ("MISSING_VALUE", "other=field")]
     shown = {r[0]: r[1] for r in run(worker, "DESCRIBE STREAM msgs")[0].rows}

@@ -78,7 +78,7 @@ class Plugin:
     # DROP CONNECTOR's cleanup in the external system, (resolved options, connector name,
     # 'source' or 'sink') -> what it did, or None
     on_drop: Callable[[dict[str, Any], str, str], str | None] | None = None
-    delivery: str = ""  # what a sink promises: 'exactly-once' or 'at-least-once'
+    delivery: str = ""  # what a sink promises: 'exactly-once', 'idempotent' or 'at-least-once'
     installed: bool = True
     aliases: tuple[str, ...] = ()
     origin: str = "built-in"  # or the package that provides it: 'name version'

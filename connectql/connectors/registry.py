@@ -27,6 +27,7 @@ BUILTINS: tuple[str, ...] = (
     "connectql.connectors.mysql:PLUGIN",
     "connectql.connectors.s3:CONNECTOR",
     "connectql.connectors.redis:CONNECTOR",
+    "connectql.connectors.nats:CONNECTOR",
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from connectql.toolkit.sink import Sink
+from connectql.toolkit.sink import DELIVERIES, Sink
 from connectql.toolkit.source import Source
 
 _TYPE = re.compile(r"[a-z][a-z0-9_]*")
@@ -36,8 +36,10 @@ class Connector:
             found.append(f"source {self.source!r} is not a connectql.toolkit.Source class")
         if self.sink is not None and not _subclass(self.sink, Sink):
             found.append(f"sink {self.sink!r} is not a connectql.toolkit.Sink class")
-        elif self.sink is not None and self.sink.delivery not in ("exactly-once", "at-least-once"):
-            found.append(f"sink delivery {self.sink.delivery!r} is not exactly- or at-least-once")
+        elif self.sink is not None and self.sink.delivery not in DELIVERIES:
+            found.append(
+                f"sink delivery {self.sink.delivery!r} is not one of {', '.join(DELIVERIES)}"
+            )
         return found
 
 

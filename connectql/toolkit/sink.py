@@ -67,6 +67,16 @@ import pyarrow as pa
 
 from connectql.config import Option
 
+DELIVERIES = ("exactly-once", "idempotent", "at-least-once")
+
+
+def row_ids(writer: str, batch_id: int, count: int) -> list[str]:
+    """Stable ids of a batch's rows, in the order `write` gets them (`commit`'s default joins
+    the tasks' rows in task order): a replayed batch reads the same stream files into the same
+    tasks, so its rows come in the same order and get the same ids. For an idempotent sink:
+    '<writer>-<batch>-<row>'."""
+    return [f"{writer}-{batch_id}-{i}" for i in range(count)]
+
 
 class Rejected(Exception):
     """Raised by `write`, having written nothing: `rows` maps rows of its `data` (index) that
@@ -90,8 +100,10 @@ class Sink:
 
     #: the connector's own options (the common ones come for free)
     options: ClassVar[Sequence[Option]] = ()
-    #: what the sink promises: 'exactly-once' (last_batch answers from the target) or
-    #: 'at-least-once' (last_batch returns None: a replayed batch is written again)
+    #: what the sink promises: 'exactly-once' (last_batch answers from the target),
+    #: 'idempotent' (the target drops a row it already has by the row's id, row_ids(), within
+    #: a window of its own, e.g. JetStream's Nats-Msg-Id) or 'at-least-once' (last_batch
+    #: returns None: a replayed batch is written again)
     delivery: ClassVar[str] = "exactly-once"
     #: whether `write` (or `commit`) may raise Rejected (errors.tolerance = 'all' is accepted)
     rejects: ClassVar[bool] = False

@@ -1,0 +1,144 @@
+"""The nats sink: each row published to JetStream as one message with a Nats-Msg-Id made from
+the writer, the batch and the row (toolkit row_ids), each publish acknowledged by the server,
+then the batch id put in the key-value bucket `connectql_progress`. A batch Spark replays after
+a crash is skipped when the bucket has it; one that crashed between its publishes and that put
+is published again and the server drops the messages it already has, within the stream's
+duplicate window (two minutes by default)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pyarrow as pa
+
+from connectql.config import Option
+from connectql.connectors.nats.client import CONNECTION, call, where
+from connectql.toolkit import Sink, ValidationError
+from connectql.toolkit.messages import HEADERS, ValueFormat, format_options
+from connectql.toolkit.sink import row_ids
+
+BUCKET = "connectql_progress"  # key '<connector>.<writer>': the last batch id written
+IN_FLIGHT = 2_000  # publishes awaiting their acknowledgement at once
+SINK_OPTIONS = (
+    *CONNECTION,
+    Option("subject", doc="the subject to publish to (or subject.column)"),
+    Option("subject.column", doc="a column holding each row's subject (instead of subject)"),
+    *format_options("sink"),
+)
+
+
+class NatsSink(Sink):
+    options = SINK_OPTIONS
+    delivery = "idempotent"
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.format = ValueFormat.of(options, "nats sink")
+
+    def endpoint(self) -> str:
+        return where(self.options)
+
+    def check(self, schema: pa.Schema) -> None:
+        subject, column = self.options.get("subject"), self.options.get("subject.column")
+        if bool(subject) == bool(column):
+            raise ValidationError("nats sink: give one of subject and subject.column")
+        if column and column not in schema.names:
+            raise ValidationError(
+                f"nats sink: subject.column {column} is not a column of the stream"
+            )
+        if self.format.name != "json" and "value" not in schema.names:
+            raise ValidationError(
+                f"nats sink: format = '{self.format.name}' writes the column `value`, which the"
+                " stream lacks"
+            )
+        if subject:
+            self._call(self._held, subject)
+
+    async def _held(self, nc, subject: str) -> str:
+        from nats.js.errors import NotFoundError
+
+        try:
+            return await nc.jetstream().find_stream_name_by_subject(subject)
+        except NotFoundError:
+            raise ValidationError(
+                f"nats sink: no JetStream stream holds subject '{subject}' (add one, e.g."
+                f" `nats stream add --subjects '{subject}'`)"
+            ) from None
+
+    def last_batch(self, writer: str) -> int | None:
+        async def get(nc):
+            from nats.js.errors import KeyNotFoundError
+
+            kv = await _bucket(nc)
+            try:
+                entry = await kv.get(self._progress_key(writer))
+            except KeyNotFoundError:
+                return None
+            return int(entry.value) if entry.value else None
+
+        return self._call(get)
+
+    def write(self, writer: str, batch_id: int, data: pa.Table) -> None:
+        messages = self._messages(writer, batch_id, data)
+
+        async def publish(nc):
+            js = nc.jetstream()
+            for at in range(0, len(messages), IN_FLIGHT):
+                acks = [
+                    js.publish(subject, value, headers=headers)
+                    for subject, value, headers in messages[at : at + IN_FLIGHT]
+                ]
+                await asyncio.gather(*acks)
+            kv = await _bucket(nc)
+            await kv.put(self._progress_key(writer), str(batch_id).encode())
+
+        self._call(publish)
+
+    def _messages(self, writer, batch_id, data: pa.Table) -> list[tuple[str, bytes, dict]]:
+        values = self.format.encode(data)
+        n = data.num_rows
+        column = self.options.get("subject.column")
+        subjects = data.column(column).to_pylist() if column else [self.options["subject"]] * n
+        headers = data.column(HEADERS).to_pylist() if HEADERS in data.schema.names else [None] * n
+        out = []
+        for i, msg_id in enumerate(row_ids(writer, batch_id, n)):
+            given = {k: v for k, v in headers[i] or () if v is not None}
+            out.append((str(subjects[i]), values[i] or b"", {**given, "Nats-Msg-Id": msg_id}))
+        return out
+
+    def _progress_key(self, writer: str) -> str:
+        return f"{self.connector or 'test'}.{writer}"
+
+    def on_drop(self, connector: str) -> str | None:
+        async def purge(nc):
+            kv = await _bucket(nc)
+            removed = 0
+            for key in await _keys(kv):
+                if key.startswith(f"{connector}."):
+                    await kv.purge(key)
+                    removed += 1
+            return removed
+
+        removed = self._call(purge)
+        return f"removed its progress from the bucket {BUCKET}" if removed else None
+
+    def _call(self, body, *args):
+        return call(self.options, "nats sink", lambda nc: body(nc, *args))
+
+
+async def _bucket(nc):
+    js = nc.jetstream()
+    try:
+        return await js.key_value(BUCKET)
+    except Exception:  # nats-py raises BucketNotFoundError, or NotFoundError by version
+        return await js.create_key_value(bucket=BUCKET)
+
+
+async def _keys(kv) -> list[str]:
+    from nats.js.errors import NoKeysError
+
+    try:
+        return await kv.keys()
+    except NoKeysError:
+        return []

@@ -1,0 +1,109 @@
+"""Spool: how a source of a broker that cannot replay (MQTT, a classic RabbitMQ queue) makes its
+reads deterministic. The driver appends what it received to a spool under the query's
+checkpoint, durably (written, fsynced, renamed into place), and only then acknowledges it to the
+broker; its offsets are spool positions, so `read` of a partition gives the same records every
+time, and a killed worker loses nothing the broker was told it has.
+
+    spool = Spool(Path(self.checkpoint) / "spool")
+    end = spool.append([payload, ...])     # driver, in latest_offset: then acknowledge them
+    for record in spool.read(start, end):  # executor, in read: the records in (start, end]
+        ...
+    spool.drop_through(end)                # driver, in commit: they are in the stream
+
+Records are bytes. A segment is one append: `<first position, 20 digits>.seg`, each record a
+4-byte big-endian length and its bytes. Positions count records from 0 (the spool's end is the
+number of records ever appended); a segment is deleted once every record in it is committed."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+_LENGTH = struct.Struct(">I")
+SUFFIX = ".seg"
+DROPPED = "dropped"  # the end of the last segment deleted
+
+
+class Spool:
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    def _segments(self) -> list[tuple[int, Path]]:
+        """(first position, path) of each segment, in order."""
+        if not self.folder.is_dir():
+            return []
+        found = [(int(p.stem), p) for p in self.folder.glob(f"*{SUFFIX}") if p.stem.isdigit()]
+        return sorted(found)
+
+    def end(self) -> int:
+        """The position after the last record appended (0: none ever)."""
+        segments = self._segments()
+        if not segments:
+            return _read_int(self.folder / DROPPED)
+        first, path = segments[-1]
+        return first + _count(path.read_bytes())
+
+    def append(self, records: Sequence[bytes]) -> int:
+        """Append `records` durably (on disk when this returns); the new end."""
+        start = self.end()
+        if not records:
+            return start
+        self.folder.mkdir(parents=True, exist_ok=True)
+        body = b"".join(_LENGTH.pack(len(r)) + r for r in records)
+        _write_durably(self.folder / f"{start:020d}{SUFFIX}", body)
+        return start + len(records)
+
+    def read(self, start: int, end: int) -> Iterator[bytes]:
+        """The records at positions start .. end - 1 (those after offset `start` up to `end`)."""
+        for first, path in self._segments():
+            data = path.read_bytes()
+            last = first + _count(data)
+            if last <= start or first >= end:
+                continue
+            at, position = 0, first
+            while at < len(data) and position < end:
+                (n,) = _LENGTH.unpack_from(data, at)
+                if position >= start:
+                    yield data[at + 4 : at + 4 + n]
+                at, position = at + 4 + n, position + 1
+
+    def drop_through(self, position: int) -> None:
+        """Delete the segments whose records all come before `position` (committed)."""
+        for first, path in self._segments():
+            last = first + _count(path.read_bytes())
+            if last > position:
+                return
+            _write_durably(self.folder / DROPPED, str(last).encode())  # the end, if none is left
+            path.unlink(missing_ok=True)
+
+
+def _count(data: bytes) -> int:
+    at = count = 0
+    while at < len(data):
+        (n,) = _LENGTH.unpack_from(data, at)
+        at, count = at + 4 + n, count + 1
+    return count
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """`data` in `path` whole or not at all, on disk when this returns."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -569,6 +569,30 @@ AUDIT |= {
     "nats sink format": _NATS_ROUTES,
     "nats sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
 }
+_MQTT = "test_mqtt.py::"
+_MQTT_SPOOL = _MQTT + "test_a_source_spools_each_message_once_across_stops_and_a_replay"
+_MQTT_AUTH = _MQTT + "test_a_user_and_password_reach_a_broker_that_asks_and_retain_keeps_the_last"
+_MQTT_TEXT = _MQTT + "test_a_sink_publishes_text_by_topic_column"
+AUDIT |= {
+    "mqtt source url": _MQTT + "test_a_killed_worker_loses_no_message",
+    "mqtt source user": _MQTT_AUTH,
+    "mqtt source password": _MQTT_AUTH,
+    "mqtt source qos": _MQTT_SPOOL,
+    "mqtt source topic": _MQTT_SPOOL,
+    "mqtt source client.id": _MQTT_SPOOL,
+    "mqtt source format": _MQTT_AUTH,
+    "mqtt source schema": _MQTT_SPOOL,
+    "mqtt source batch.max.records": _MQTT_SPOOL,
+    "mqtt sink url": _MQTT_AUTH,
+    "mqtt sink user": _MQTT_AUTH,
+    "mqtt sink password": _MQTT_AUTH,
+    "mqtt sink qos": _MQTT_TEXT,
+    "mqtt sink retain": _MQTT_AUTH,
+    "mqtt sink topic": _MQTT_AUTH,
+    "mqtt sink topic.column": _MQTT_TEXT,
+    "mqtt sink format": _MQTT_TEXT,
+    "mqtt sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
+}
 _RETENTION = "test_retention.py::"
 AUDIT |= {
     "SET stream.retention": _RETENTION + "test_worker_defaults_apply_to_streams_that_set_none",

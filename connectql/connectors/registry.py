@@ -28,6 +28,7 @@ BUILTINS: tuple[str, ...] = (
     "connectql.connectors.s3:CONNECTOR",
     "connectql.connectors.redis:CONNECTOR",
     "connectql.connectors.nats:CONNECTOR",
+    "connectql.connectors.mqtt:CONNECTOR",
 )
 
 

@@ -1,0 +1,179 @@
+"""The mqtt source: MQTT cannot replay, so the driver subscribes with a persistent session and
+acknowledges nothing by hand: each latest_offset appends the messages received since the last
+one to the toolkit's spool under the checkpoint (durably) and only then acknowledges them. The
+offsets are spool positions, so a replayed batch reads the same messages from the spool. A
+kill -9 loses nothing acknowledged (it is spooled); what was received but not yet spooled is
+sent again by the broker to the same session: at-least-once."""
+
+from __future__ import annotations
+
+import pickle
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from connectql.config import Option
+from connectql.connectors.mqtt.client import CONNECTION, connected, where
+from connectql.toolkit import DeadLetter, Source, ValidationError
+from connectql.toolkit.ddl import spark_ddl
+from connectql.toolkit.messages import (
+    MESSAGE_DDL,
+    POSITION,
+    TIMESTAMP,
+    TOPIC,
+    ValueFormat,
+    format_options,
+    with_messages,
+)
+from connectql.toolkit.spool import Spool
+
+GROUP = 10_000  # messages spooled (and acknowledged) together at most
+SOURCE_OPTIONS = (
+    *CONNECTION,
+    Option("topic", required=True, doc="the topic filter to subscribe to (+ and # allowed)"),
+    Option(
+        "client.id",
+        doc="the persistent session's client id (absent: connectql-<connector>); the broker"
+        " keeps the session's messages while the connector is paused or down",
+    ),
+    *format_options("source"),
+)
+
+
+class MqttSource(Source):
+    """A subscribed client in the driver's source process, a spool under the checkpoint."""
+
+    options = SOURCE_OPTIONS
+    lag_field = "n"  # spooled messages
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        if options.get("qos") not in (0, 1, 2):
+            raise ValidationError(f"mqtt source: qos must be 0, 1 or 2, not {options.get('qos')}")
+        self.format = ValueFormat.of(options, "mqtt source")
+        if self.format.name == "json" and self.format.schema is None:
+            raise ValidationError(
+                "mqtt source: format = 'json' needs schema = '...' (an MQTT broker cannot replay"
+                " messages to infer it from)"
+            )
+        self._client = None
+        self._received: queue.Queue = queue.Queue()
+        self._failed: list[Exception] = []
+
+    def __getstate__(self):  # what goes to Spark's workers: no client, no queue, no thread
+        state = {**self.__dict__, "_client": None, "_received": None, "_failed": []}
+        return {k: v for k, v in state.items() if k not in ("_stop", "_spooler")}
+
+    def endpoint(self) -> str:
+        return where(self.options)
+
+    def check(self) -> None:
+        connected(self.options, "", "mqtt source").disconnect()
+
+    def schema(self) -> str:
+        if self.format.name != "json":
+            return f"`value` {'STRING' if self.format.name == 'text' else 'BINARY'}, {MESSAGE_DDL}"
+        return f"{spark_ddl(self.format.schema)}, {MESSAGE_DDL}"
+
+    def _client_id(self, connector: str | None = None) -> str:
+        return self.options.get("client.id") or f"connectql-{connector or self.connector}"
+
+    @property
+    def spool(self) -> Spool:
+        return Spool(Path(self.checkpoint) / "mqtt-spool")
+
+    # ----------------------------------------------------------------- offsets (driver)
+    def initial_offset(self) -> dict:
+        return {"n": self.spool.end()}
+
+    def latest_offset(self, start: dict) -> dict:
+        self._subscribed()
+        if self._failed:
+            raise self._failed[0]
+        return {"n": max(self.spool.end(), start["n"])}
+
+    def _subscribed(self) -> None:
+        """The client subscribed and the spooler running (once per driver process)."""
+        if self._client is not None:
+            return
+        client = connected(
+            self.options, self._client_id(), "mqtt source", clean=False, manual_ack=True
+        )
+        client.on_message = lambda _c, _u, message: self._received.put(message)
+        client.subscribe(self.options["topic"], self.options["qos"])
+        self._client, self._stop = client, threading.Event()
+        self._spooler = threading.Thread(target=self._spool_loop, name="mqtt-spool", daemon=True)
+        self._spooler.start()
+
+    def _spool_loop(self) -> None:
+        """Received messages appended to the spool a group at a time, then acknowledged (the
+        broker sends a session only so many unacknowledged ones at once)."""
+        try:
+            while not self._stop.is_set():
+                try:
+                    taken = [self._received.get(timeout=0.2)]
+                except queue.Empty:
+                    continue
+                while len(taken) < GROUP:
+                    try:
+                        taken.append(self._received.get_nowait())
+                    except queue.Empty:
+                        break
+                now = time.time_ns() // 1000
+                self.spool.append(
+                    [pickle.dumps((m.topic, m.payload, m.qos, now), protocol=5) for m in taken]
+                )
+                for m in taken:  # only once they are on disk
+                    self._client.ack(m.mid, m.qos)
+        except Exception as e:  # noqa: BLE001 (raised by the next latest_offset)
+            self._failed.append(e)
+
+    def end_offset(self, start: dict, latest: dict, max_records: int) -> dict:
+        return {"n": min(latest["n"], start["n"] + max_records)}
+
+    def partitions(self, start: dict, end: dict) -> list[Any]:
+        tasks = max(1, int(self.options.get("tasks.max") or 1))
+        step = max(1, -(-(end["n"] - start["n"]) // tasks))
+        return [
+            {"start": a, "end": min(a + step, end["n"])} for a in range(start["n"], end["n"], step)
+        ]
+
+    def commit(self, end: dict) -> None:
+        self.spool.drop_through(end["n"])
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._stop.set()
+            self._spooler.join(timeout=10)
+            self._client.disconnect()  # sent after the acknowledgements queued before it
+            self._client.loop_stop()
+            self._client = None
+
+    def on_drop(self, connector: str) -> str | None:
+        """End the persistent session: the broker forgets its queued messages."""
+        connected(self.options, self._client_id(connector), "mqtt source").disconnect()
+        return f"ended the broker's session {self._client_id(connector)}"
+
+    # ----------------------------------------------------------------- reading (executor)
+    def read(self, partition: dict) -> Iterator[Any]:
+        fmt = ValueFormat(self.format.name, self.format.schema)
+        spooled = [pickle.loads(r) for r in self.spool.read(partition["start"], partition["end"])]
+        positions = range(partition["start"], partition["start"] + len(spooled))
+        batch, bad = fmt.decode([payload for _t, payload, _q, _at in spooled])
+        for b in bad:
+            topic, payload, _q, _at = spooled[b.index]
+            yield DeadLetter(payload, b.why, {"topic": topic, "n": positions[b.index]})
+        dropped = {b.index for b in bad}
+        kept = [i for i in range(len(spooled)) if i not in dropped]
+        if kept:
+            yield with_messages(
+                batch,
+                {
+                    TOPIC: [spooled[i][0] for i in kept],
+                    POSITION: [str(positions[i]) for i in kept],
+                    TIMESTAMP: [spooled[i][3] for i in kept],
+                },
+            )

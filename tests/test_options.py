@@ -593,6 +593,28 @@ AUDIT |= {
     "mqtt sink format": _MQTT_TEXT,
     "mqtt sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
 }
+_RABBIT = "test_rabbitmq.py::"
+_RABBIT_SQL = _RABBIT + "test_rabbitmq_to_rabbitmq_through_sql_with_dead_letters"
+_RABBIT_SPOOL = _RABBIT + "test_a_source_spools_each_message_once_across_stops_and_a_replay"
+_RABBIT_SINK = _RABBIT + "test_a_sink_publishes_persistent_messages_with_ids"
+AUDIT |= {
+    "rabbitmq source url": _RABBIT_SQL,
+    "rabbitmq source user": _RABBIT_SQL,
+    "rabbitmq source password": _RABBIT_SQL,
+    "rabbitmq source queue": _RABBIT_SPOOL,
+    "rabbitmq source prefetch": _RABBIT + "test_a_killed_worker_loses_no_message",
+    "rabbitmq source format": _RABBIT_SQL,
+    "rabbitmq source schema": _RABBIT_SPOOL,
+    "rabbitmq source batch.max.records": _RABBIT_SPOOL,
+    "rabbitmq sink url": _RABBIT_SQL,
+    "rabbitmq sink user": _RABBIT_SQL,
+    "rabbitmq sink password": _RABBIT_SQL,
+    "rabbitmq sink exchange": _RABBIT_SQL,
+    "rabbitmq sink routing.key": _RABBIT_SQL,
+    "rabbitmq sink routing.key.column": _RABBIT_SINK,
+    "rabbitmq sink format": _RABBIT_SINK,
+    "rabbitmq sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
+}
 _RETENTION = "test_retention.py::"
 AUDIT |= {
     "SET stream.retention": _RETENTION + "test_worker_defaults_apply_to_streams_that_set_none",

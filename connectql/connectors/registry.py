@@ -29,6 +29,7 @@ BUILTINS: tuple[str, ...] = (
     "connectql.connectors.redis:CONNECTOR",
     "connectql.connectors.nats:CONNECTOR",
     "connectql.connectors.mqtt:CONNECTOR",
+    "connectql.connectors.rabbitmq:CONNECTOR",
 )
 
 

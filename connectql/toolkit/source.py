@@ -161,7 +161,8 @@ class Source:
         return ()
 
     def initial_offset(self) -> dict:
-        """Driver: where a new connector starts (before any record)."""
+        """Driver: where a new connector starts (before any record). It may be asked more than
+        once before the first batch (and after calls of latest_offset): answer the same."""
         raise NotImplementedError
 
     def latest_offset(self, start: dict) -> dict:

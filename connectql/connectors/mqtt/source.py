@@ -31,6 +31,8 @@ from connectql.toolkit.messages import (
 from connectql.toolkit.spool import Spool
 
 GROUP = 10_000  # messages spooled (and acknowledged) together at most
+SETTLE_S = 30.0  # the longest a query's first look waits for the session's backlog
+QUIET_S = 0.5  # after subscribing, no message for this long: the backlog is in
 SOURCE_OPTIONS = (
     *CONNECTION,
     Option("topic", required=True, doc="the topic filter to subscribe to (+ and # allowed)"),
@@ -65,7 +67,7 @@ class MqttSource(Source):
 
     def __getstate__(self):  # what goes to Spark's workers: no client, no queue, no thread
         state = {**self.__dict__, "_client": None, "_received": None, "_failed": []}
-        return {k: v for k, v in state.items() if k not in ("_stop", "_spooler")}
+        return {k: v for k, v in state.items() if k not in ("_stop", "_spooler", "_idle")}
 
     def endpoint(self) -> str:
         return where(self.options)
@@ -87,7 +89,7 @@ class MqttSource(Source):
 
     # ----------------------------------------------------------------- offsets (driver)
     def initial_offset(self) -> dict:
-        return {"n": self.spool.end()}
+        return {"n": 0}  # a new checkpoint has a new spool (it goes with the offsets)
 
     def latest_offset(self, start: dict) -> dict:
         self._subscribed()
@@ -104,18 +106,23 @@ class MqttSource(Source):
         )
         client.on_message = lambda _c, _u, message: self._received.put(message)
         client.subscribe(self.options["topic"], self.options["qos"])
-        self._client, self._stop = client, threading.Event()
+        self._client, self._stop, self._idle = client, threading.Event(), threading.Event()
         self._spooler = threading.Thread(target=self._spool_loop, name="mqtt-spool", daemon=True)
         self._spooler.start()
+        # what the broker kept for the session is spooled first (so run = 'once' reads it)
+        self._idle.wait(SETTLE_S)
 
     def _spool_loop(self) -> None:
         """Received messages appended to the spool a group at a time, then acknowledged (the
         broker sends a session only so many unacknowledged ones at once)."""
+        began = time.monotonic()
         try:
             while not self._stop.is_set():
                 try:
                     taken = [self._received.get(timeout=0.2)]
                 except queue.Empty:
+                    if time.monotonic() - began > QUIET_S:
+                        self._idle.set()  # nothing arrived for a while: what was kept is spooled
                     continue
                 while len(taken) < GROUP:
                     try:

@@ -558,7 +558,8 @@ AUDIT |= {
     "nats source subject": _NATS_READ,
     "nats source start": _NATS_LATEST,
     "nats source format": _NATS_LATEST,
-    "nats source schema": _NATS + "test_nats_to_redis_in_a_killed_worker_delivers_every_message_once",
+    "nats source schema": _NATS
+    + "test_nats_to_redis_in_a_killed_worker_delivers_every_message_once",
     "nats source poll.interval.ms": _NATS + "test_nats_to_nats_through_sql_with_dead_letters",
     "nats source batch.max.records": _NATS_READ,
     "nats sink url": _NATS_AUTH,

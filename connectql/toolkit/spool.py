@@ -17,9 +17,11 @@ number of records ever appended); a segment is deleted once every record in it i
 from __future__ import annotations
 
 import os
+import pickle
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 _LENGTH = struct.Struct(">I")
 SUFFIX = ".seg"
@@ -107,3 +109,88 @@ def _write_durably(path: Path, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# ------------------------------------------------------------------ a source that spools
+class SpooledSource:
+    """What a Source of a broker that cannot replay shares (mix it in before Source): offsets
+    are positions of a spool under the checkpoint (`spool_folder`); the subclass receives
+    messages in a thread of the driver that calls `spool_messages` with them and only then
+    acknowledges them to the broker; `read` gives a partition's spooled messages as rows of its
+    `format` (a toolkit.messages.ValueFormat) with the message columns, and DeadLetters for
+    values that do not parse. A new checkpoint has a new spool: the first offset is 0."""
+
+    lag_field = "n"  # messages spooled and not yet read
+    spool_folder = "spool"
+
+    @property
+    def spool(self) -> Spool:
+        return Spool(Path(self.checkpoint) / self.spool_folder)
+
+    def initial_offset(self) -> dict:
+        return {"n": 0}
+
+    def spooled_offset(self, start: dict) -> dict:
+        """What latest_offset returns once the subclass's receiving thread runs."""
+        return {"n": max(self.spool.end(), start["n"])}
+
+    def end_offset(self, start: dict, latest: dict, max_records: int) -> dict:
+        return {"n": min(latest["n"], start["n"] + max_records)}
+
+    def partitions(self, start: dict, end: dict) -> list:
+        tasks = max(1, int(self.options.get("tasks.max") or 1))
+        step = max(1, -(-(end["n"] - start["n"]) // tasks))
+        return [
+            {"start": a, "end": min(a + step, end["n"])} for a in range(start["n"], end["n"], step)
+        ]
+
+    def commit(self, end: dict) -> None:
+        self.spool.drop_through(end["n"])
+
+    def spool_messages(self, messages: Sequence[Spooled]) -> int:
+        """Append received messages durably; the spool's new end."""
+        return self.spool.append([pickle.dumps(tuple(m), protocol=5) for m in messages])
+
+    def read(self, partition: dict) -> Iterator:
+        from connectql.toolkit.messages import (
+            HEADERS,
+            KEY,
+            POSITION,
+            TIMESTAMP,
+            TOPIC,
+            ValueFormat,
+            with_messages,
+        )  # fmt: skip
+        from connectql.toolkit.source import DeadLetter
+
+        first = partition["start"]
+        spooled = [Spooled(*pickle.loads(r)) for r in self.spool.read(first, partition["end"])]
+        batch, bad = ValueFormat(self.format.name, self.format.schema).decode(
+            [m.value for m in spooled]
+        )
+        for b in bad:
+            m = spooled[b.index]
+            yield DeadLetter(m.value, b.why, {"topic": m.topic, "n": first + b.index})
+        dropped = {b.index for b in bad}
+        kept = [(first + i, m) for i, m in enumerate(spooled) if i not in dropped]
+        if kept:
+            yield with_messages(
+                batch,
+                {
+                    TOPIC: [m.topic for _n, m in kept],
+                    KEY: [m.key for _n, m in kept],
+                    HEADERS: [sorted(m.headers.items()) if m.headers else None for _n, m in kept],
+                    POSITION: [str(n) for n, _m in kept],
+                    TIMESTAMP: [m.timestamp_us for _n, m in kept],
+                },
+            )
+
+
+class Spooled(NamedTuple):
+    """A received message as the spool keeps it (key and header values: message-column text)."""
+
+    topic: str
+    value: bytes
+    key: str | None = None
+    headers: dict[str, str] | None = None
+    timestamp_us: int | None = None

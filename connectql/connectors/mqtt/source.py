@@ -7,28 +7,21 @@ sent again by the broker to the same session: at-least-once."""
 
 from __future__ import annotations
 
-import pickle
 import queue
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from connectql.config import Option
 from connectql.connectors.mqtt.client import CONNECTION, connected, where
-from connectql.toolkit import DeadLetter, Source, ValidationError
+from connectql.toolkit import Source, ValidationError
 from connectql.toolkit.ddl import spark_ddl
 from connectql.toolkit.messages import (
     MESSAGE_DDL,
-    POSITION,
-    TIMESTAMP,
-    TOPIC,
     ValueFormat,
     format_options,
-    with_messages,
 )
-from connectql.toolkit.spool import Spool
+from connectql.toolkit.spool import Spooled, SpooledSource
 
 GROUP = 10_000  # messages spooled (and acknowledged) together at most
 SETTLE_S = 30.0  # the longest a query's first look waits for the session's backlog
@@ -45,11 +38,11 @@ SOURCE_OPTIONS = (
 )
 
 
-class MqttSource(Source):
+class MqttSource(SpooledSource, Source):
     """A subscribed client in the driver's source process, a spool under the checkpoint."""
 
     options = SOURCE_OPTIONS
-    lag_field = "n"  # spooled messages
+    spool_folder = "mqtt-spool"
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
@@ -83,19 +76,12 @@ class MqttSource(Source):
     def _client_id(self, connector: str | None = None) -> str:
         return self.options.get("client.id") or f"connectql-{connector or self.connector}"
 
-    @property
-    def spool(self) -> Spool:
-        return Spool(Path(self.checkpoint) / "mqtt-spool")
-
     # ----------------------------------------------------------------- offsets (driver)
-    def initial_offset(self) -> dict:
-        return {"n": 0}  # a new checkpoint has a new spool (it goes with the offsets)
-
     def latest_offset(self, start: dict) -> dict:
         self._subscribed()
         if self._failed:
             raise self._failed[0]
-        return {"n": max(self.spool.end(), start["n"])}
+        return self.spooled_offset(start)
 
     def _subscribed(self) -> None:
         """The client subscribed and the spooler running (once per driver process)."""
@@ -130,26 +116,11 @@ class MqttSource(Source):
                     except queue.Empty:
                         break
                 now = time.time_ns() // 1000
-                self.spool.append(
-                    [pickle.dumps((m.topic, m.payload, m.qos, now), protocol=5) for m in taken]
-                )
+                self.spool_messages([Spooled(m.topic, m.payload, timestamp_us=now) for m in taken])
                 for m in taken:  # only once they are on disk
                     self._client.ack(m.mid, m.qos)
         except Exception as e:  # noqa: BLE001 (raised by the next latest_offset)
             self._failed.append(e)
-
-    def end_offset(self, start: dict, latest: dict, max_records: int) -> dict:
-        return {"n": min(latest["n"], start["n"] + max_records)}
-
-    def partitions(self, start: dict, end: dict) -> list[Any]:
-        tasks = max(1, int(self.options.get("tasks.max") or 1))
-        step = max(1, -(-(end["n"] - start["n"]) // tasks))
-        return [
-            {"start": a, "end": min(a + step, end["n"])} for a in range(start["n"], end["n"], step)
-        ]
-
-    def commit(self, end: dict) -> None:
-        self.spool.drop_through(end["n"])
 
     def close(self) -> None:
         if self._client is not None:
@@ -163,24 +134,3 @@ class MqttSource(Source):
         """End the persistent session: the broker forgets its queued messages."""
         connected(self.options, self._client_id(connector), "mqtt source").disconnect()
         return f"ended the broker's session {self._client_id(connector)}"
-
-    # ----------------------------------------------------------------- reading (executor)
-    def read(self, partition: dict) -> Iterator[Any]:
-        fmt = ValueFormat(self.format.name, self.format.schema)
-        spooled = [pickle.loads(r) for r in self.spool.read(partition["start"], partition["end"])]
-        positions = range(partition["start"], partition["start"] + len(spooled))
-        batch, bad = fmt.decode([payload for _t, payload, _q, _at in spooled])
-        for b in bad:
-            topic, payload, _q, _at = spooled[b.index]
-            yield DeadLetter(payload, b.why, {"topic": topic, "n": positions[b.index]})
-        dropped = {b.index for b in bad}
-        kept = [i for i in range(len(spooled)) if i not in dropped]
-        if kept:
-            yield with_messages(
-                batch,
-                {
-                    TOPIC: [spooled[i][0] for i in kept],
-                    POSITION: [str(positions[i]) for i in kept],
-                    TIMESTAMP: [spooled[i][3] for i in kept],
-                },
-            )

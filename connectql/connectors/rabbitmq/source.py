@@ -7,30 +7,21 @@ connection drops and is delivered again: at-least-once."""
 
 from __future__ import annotations
 
-import pickle
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from connectql.config import Option
 from connectql.connectors.rabbitmq.client import CONNECTION, connect, where
-from connectql.toolkit import DeadLetter, Source, ValidationError
+from connectql.toolkit import Source, ValidationError
 from connectql.toolkit.ddl import spark_ddl
 from connectql.toolkit.messages import (
-    HEADERS,
-    KEY,
     MESSAGE_DDL,
-    POSITION,
-    TIMESTAMP,
-    TOPIC,
     ValueFormat,
     format_options,
     text_of,
-    with_messages,
 )
-from connectql.toolkit.spool import Spool
+from connectql.toolkit.spool import Spooled, SpooledSource
 
 GROUP = 10_000  # messages spooled (and acknowledged) together at most
 SETTLE_S = 30.0  # the longest a query's first look waits for the queue's backlog to be spooled
@@ -47,11 +38,11 @@ SOURCE_OPTIONS = (
 )
 
 
-class RabbitSource(Source):
+class RabbitSource(SpooledSource, Source):
     """A consuming thread in the driver's source process, a spool under the checkpoint."""
 
     options = SOURCE_OPTIONS
-    lag_field = "n"  # spooled messages
+    spool_folder = "rabbitmq-spool"
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
@@ -95,14 +86,7 @@ class RabbitSource(Source):
             return f"`value` {'STRING' if self.format.name == 'text' else 'BINARY'}, {MESSAGE_DDL}"
         return f"{spark_ddl(self.format.schema)}, {MESSAGE_DDL}"
 
-    @property
-    def spool(self) -> Spool:
-        return Spool(Path(self.checkpoint) / "rabbitmq-spool")
-
     # ----------------------------------------------------------------- offsets (driver)
-    def initial_offset(self) -> dict:
-        return {"n": 0}  # a new checkpoint has a new spool (it goes with the offsets)
-
     def latest_offset(self, start: dict) -> dict:
         if self._failed:
             raise self._failed.pop()
@@ -114,7 +98,7 @@ class RabbitSource(Source):
             self._consumer.start()
             # what the queue holds now is spooled first (so run = 'once' reads it)
             self._idle.wait(SETTLE_S)
-        return {"n": max(self.spool.end(), start["n"])}
+        return self.spooled_offset(start)
 
     def _consume(self) -> None:
         """Messages appended to the spool a group at a time, then acknowledged together."""
@@ -146,34 +130,16 @@ class RabbitSource(Source):
 
     def _spool(self, group: list) -> None:
         now = time.time_ns() // 1000
-        self.spool.append(
+        queue = self.options["queue"]
+        self.spool_messages(
             [
-                pickle.dumps(
-                    (
-                        method.routing_key,
-                        body,
-                        {k: text_of(v if isinstance(v, bytes) else str(v)) for k, v in
-                         (props.headers or {}).items()},
-                        (props.timestamp * 1_000_000) if props.timestamp else now,
-                    ),
-                    protocol=5,
+                Spooled(
+                    queue, body, method.routing_key or None, _headers(props.headers),
+                    props.timestamp * 1_000_000 if props.timestamp else now,
                 )
                 for method, props, body in group
             ]
         )  # fmt: skip
-
-    def end_offset(self, start: dict, latest: dict, max_records: int) -> dict:
-        return {"n": min(latest["n"], start["n"] + max_records)}
-
-    def partitions(self, start: dict, end: dict) -> list[Any]:
-        tasks = max(1, int(self.options.get("tasks.max") or 1))
-        step = max(1, -(-(end["n"] - start["n"]) // tasks))
-        return [
-            {"start": a, "end": min(a + step, end["n"])} for a in range(start["n"], end["n"], step)
-        ]
-
-    def commit(self, end: dict) -> None:
-        self.spool.drop_through(end["n"])
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -181,26 +147,11 @@ class RabbitSource(Source):
             self._consumer.join(timeout=10)
             self._consumer = None
 
-    # ----------------------------------------------------------------- reading (executor)
-    def read(self, partition: dict) -> Iterator[Any]:
-        fmt = ValueFormat(self.format.name, self.format.schema)
-        spooled = [pickle.loads(r) for r in self.spool.read(partition["start"], partition["end"])]
-        first = partition["start"]
-        batch, bad = fmt.decode([body for _k, body, _h, _at in spooled])
-        for b in bad:
-            key, body, _h, _at = spooled[b.index]
-            at = {"queue": self.options["queue"], "n": first + b.index}
-            yield DeadLetter(body, b.why, at)
-        dropped = {b.index for b in bad}
-        kept = [i for i in range(len(spooled)) if i not in dropped]
-        if kept:
-            yield with_messages(
-                batch,
-                {
-                    KEY: [spooled[i][0] or None for i in kept],
-                    HEADERS: [sorted(spooled[i][2].items()) or None for i in kept],
-                    TOPIC: [self.options["queue"]] * len(kept),
-                    POSITION: [str(first + i) for i in kept],
-                    TIMESTAMP: [spooled[i][3] for i in kept],
-                },
-            )
+
+def _headers(given: dict | None) -> dict[str, str] | None:
+    """AMQP headers as message-column text (a value that is no text: its str)."""
+    return (
+        {k: text_of(v if isinstance(v, bytes) else str(v)) for k, v in given.items()} or None
+        if given
+        else None
+    )

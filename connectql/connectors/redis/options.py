@@ -81,3 +81,22 @@ def where(url: str | None) -> str:
 
     parts = urlsplit(url or DEFAULT_URL)
     return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+
+
+class Connected:
+    """A redis source's or sink's client, made at first use and never pickled (Spark's
+    workers make their own)."""
+
+    _client = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_client": None}
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = client(self.options)
+        return self._client
+
+    def endpoint(self) -> str:
+        return where(self.options.get("url"))

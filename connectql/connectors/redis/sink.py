@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectql.connectors.redis.options import SINK_OPTIONS, client, where
+from connectql.connectors.redis.options import SINK_OPTIONS, Connected
 from connectql.errors import PermanentError
 from connectql.toolkit import Retryable, Sink, ValidationError
 from connectql.toolkit.messages import HEADERS, KEY, ValueFormat, message_bytes
@@ -17,26 +17,13 @@ from connectql.toolkit.messages import HEADERS, KEY, ValueFormat, message_bytes
 PROGRESS = "connectql:progress:{connector}"  # hash: writer -> batch id, writer:epoch -> epoch
 
 
-class RedisSink(Sink):
+class RedisSink(Connected, Sink):
     options = SINK_OPTIONS
     delivery = "exactly-once"
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
         self.format = ValueFormat.of(options, "redis sink")
-        self._client = None
-
-    def __getstate__(self):
-        return {**self.__dict__, "_client": None}
-
-    @property
-    def client(self):
-        if self._client is None:
-            self._client = client(self.options)
-        return self._client
-
-    def endpoint(self) -> str:
-        return where(self.options.get("url"))
 
     def check(self, schema: pa.Schema) -> None:
         key, column = self.options.get("key"), self.options.get("key.column")

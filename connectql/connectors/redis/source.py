@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectql.connectors.redis.options import SOURCE_OPTIONS, client, keys_of, where
+from connectql.connectors.redis.options import SOURCE_OPTIONS, Connected, keys_of
 from connectql.errors import PlanError
 from connectql.toolkit import DeadLetter, Retryable, Source, ValidationError
 from connectql.toolkit.messages import (
@@ -33,7 +33,7 @@ FIRST = "0-0"  # before every entry id
 PAGE = 10_000  # entries per XRANGE call
 
 
-class RedisSource(Source):
+class RedisSource(Connected, Source):
     """latest_offset asks XINFO STREAM of each key (its last id, its entries added); read pages
     through XRANGE (after, to] of one key."""
 
@@ -44,20 +44,7 @@ class RedisSource(Source):
         super().__init__(options)
         self.keys = keys_of(options.get("key") or "")
         self.format = ValueFormat.of(options, "redis source")
-        self._client = None
         self._idle_until = 0.0
-
-    def __getstate__(self):  # what goes to Spark's workers: no client
-        return {**self.__dict__, "_client": None}
-
-    @property
-    def client(self):
-        if self._client is None:
-            self._client = client(self.options)
-        return self._client
-
-    def endpoint(self) -> str:
-        return where(self.options.get("url"))
 
     def check(self) -> None:
         if not self.keys:

@@ -540,3 +540,36 @@ def resumed_until(home, script, logs, done, what: str) -> None:
         assert second.wait(timeout=120) == 0, describe(logs, home, "second")
     finally:
         kill_everything(second)
+
+
+def kill_and_count(
+    home, script, logs, ids, total: int, before: int, on_start=None, on_restart=None
+):
+    """A `connectql run` worker on `script` killed with SIGKILL once `ids()` (the ids in the
+    stream) holds `before`, then a second one until every id of range(total) is there, stopped
+    with SIGTERM. `on_start()` runs after the first starts, `on_restart()` after the second does.
+    Asserts that no id is lost; returns how many are there more than once."""
+    first = start_worker(home, script, logs, "first")
+    try:
+        if on_start:
+            on_start()
+        wait_until(lambda: len(ids()) >= before, 180, what="records before the kill")
+    finally:
+        kill_everything(first)
+    assert len(set(ids())) < total, "every record was in before the kill: make it bigger"
+    second = start_worker(home, script, logs, "second")
+    try:
+        if on_restart:
+            on_restart()
+        wait_until(lambda: set(ids()) >= set(range(total)), 300, what="every record")
+    finally:
+        second.terminate()
+        try:
+            second.wait(timeout=120)
+        finally:
+            kill_everything(second)
+    counts = Counter(ids())
+    assert set(counts) == set(range(total))  # none lost
+    duplicated = sum(n - 1 for n in counts.values())
+    print(f"{duplicated} duplicates of {total} records after the kill")
+    return duplicated

@@ -23,7 +23,7 @@ from connectql.connectors.mqtt.sink import MqttSink
 from connectql.connectors.mqtt.source import MqttSource
 from connectql.errors import ConnectQLError
 from connectql.toolkit.testing import SinkRun, SourceRun
-from tests.crash import kill_everything, start_worker
+from tests.crash import kill_and_count
 from tests.helpers import read_parquet_rows, run, wait_until
 from tests.servers import free_port
 
@@ -257,27 +257,10 @@ def test_a_killed_worker_loses_no_message(tmp_path, private_mosquitto, topic):
         return [r[0] for r in read_parquet_rows(stream, "SELECT id FROM t") or []]
 
     publisher = threading.Thread(
-        target=lambda: [publish(topic, range(at, at + 200), url) or time.sleep(0.05)
+        target=lambda: [publish(topic, range(at, at + 200), url) or time.sleep(0.5)
                         for at in range(0, KILL_TOTAL, 200)]
     )  # fmt: skip
-    first = start_worker(home, script, logs, "first")
-    publisher.start()
-    try:
-        wait_until(lambda: len(ids()) >= 1000, 180, what="messages before the kill")
-    finally:
-        kill_everything(first)
-    second = start_worker(home, script, logs, "second")
-    try:
-        publisher.join(timeout=300)
-        wait_until(lambda: set(ids()) >= set(range(KILL_TOTAL)), 300, what="every message")
-    finally:
-        second.terminate()
-        try:
-            second.wait(timeout=120)
-        finally:
-            kill_everything(second)
-    counts = Counter(ids())
-    assert set(counts) == set(range(KILL_TOTAL))  # none lost
-    duplicated = sum(n - 1 for n in counts.values())
-    print(f"{duplicated} duplicates of {KILL_TOTAL} messages after the kill")
+    duplicated = kill_and_count(
+        home, script, logs, ids, KILL_TOTAL, 1000, publisher.start, lambda: publisher.join(300)
+    )
     assert duplicated <= 2_000  # at most what was in flight (received, not yet acknowledged)

@@ -18,7 +18,7 @@ from connectql.connectors.rabbitmq.sink import RabbitSink
 from connectql.connectors.rabbitmq.source import RabbitSource
 from connectql.errors import ConnectQLError
 from connectql.toolkit.testing import SinkRun, SourceRun
-from tests.crash import kill_everything, start_worker
+from tests.crash import kill_and_count
 from tests.helpers import read_parquet_rows, run, wait_until
 
 pytestmark = pytest.mark.spark
@@ -168,24 +168,6 @@ def test_a_killed_worker_loses_no_message(tmp_path, queues):
     def ids() -> list[int]:
         return [r[0] for r in read_parquet_rows(stream, "SELECT id FROM t") or []]
 
-    first = start_worker(home, script, logs, "first")
-    try:
-        wait_until(lambda: len(ids()) >= 2000, 180, what="messages before the kill")
-    finally:
-        kill_everything(first)
-    assert len(ids()) < KILL_TOTAL, "the source finished before the kill: make it bigger"
-    second = start_worker(home, script, logs, "second")
-    try:
-        wait_until(lambda: set(ids()) >= set(range(KILL_TOTAL)), 300, what="every message")
-    finally:
-        second.terminate()
-        try:
-            second.wait(timeout=120)
-        finally:
-            kill_everything(second)
-    counts = Counter(ids())
-    assert set(counts) == set(range(KILL_TOTAL))  # none lost
-    duplicated = sum(n - 1 for n in counts.values())
-    print(f"{duplicated} duplicates of {KILL_TOTAL} messages after the kill")
+    duplicated = kill_and_count(home, script, logs, ids, KILL_TOTAL, 2000)
     assert duplicated <= 10_000  # at most what was delivered and not yet spooled (prefetch)
     assert depth(q) == 0

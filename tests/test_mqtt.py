@@ -242,7 +242,7 @@ CREATE SOURCE CONNECTOR IF NOT EXISTS min FROM mqtt INTO msgs WITH (url = '{url}
 
 
 def test_a_killed_worker_loses_no_message(tmp_path, private_mosquitto, topic):
-    """Messages published steadily while a `connectql run` worker is killed with SIGKILL and
+    """Messages published before and after a `connectql run` worker is killed with SIGKILL and
     started again: each is in the stream at least once; duplicates are only of messages the
     broker sent again because their acknowledgement did not reach it."""
     url, client_id = private_mosquitto, f"cq-{uuid.uuid4().hex[:8]}"
@@ -256,11 +256,11 @@ def test_a_killed_worker_loses_no_message(tmp_path, private_mosquitto, topic):
     def ids() -> list[int]:
         return [r[0] for r in read_parquet_rows(stream, "SELECT id FROM t") or []]
 
-    publisher = threading.Thread(
-        target=lambda: [publish(topic, range(at, at + 200), url) or time.sleep(0.5)
-                        for at in range(0, KILL_TOTAL, 200)]
-    )  # fmt: skip
+    # half published when the first worker starts, half once the second has: the kill always
+    # lands before every message is in, and the second worker meets a backlog and live messages
+    half = KILL_TOTAL // 2
     duplicated = kill_and_count(
-        home, script, logs, ids, KILL_TOTAL, 1000, publisher.start, lambda: publisher.join(300)
-    )
+        home, script, logs, ids, KILL_TOTAL, 1000,
+        lambda: publish(topic, range(half), url), lambda: publish(topic, range(half, KILL_TOTAL), url),
+    )  # fmt: skip
     assert duplicated <= 2_000  # at most what was in flight (received, not yet acknowledged)

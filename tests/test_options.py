@@ -575,7 +575,7 @@ _MQTT_SPOOL = _MQTT + "test_a_source_spools_each_message_once_across_stops_and_a
 _MQTT_AUTH = _MQTT + "test_a_user_and_password_reach_a_broker_that_asks_and_retain_keeps_the_last"
 _MQTT_TEXT = _MQTT + "test_a_sink_publishes_text_by_topic_column"
 AUDIT |= {
-    "mqtt source url": _MQTT + "test_a_killed_worker_loses_no_message",
+    "mqtt source url": _MQTT_SPOOL,
     "mqtt source user": _MQTT_AUTH,
     "mqtt source password": _MQTT_AUTH,
     "mqtt source qos": _MQTT_SPOOL,

@@ -137,6 +137,21 @@ class ValueFormat:
             raise ValueError("format = 'json' needs a schema (given or inferred)")
         return self.schema
 
+    def row_ddl(self) -> str | None:
+        """Spark DDL of a source's rows: the value's columns, then the message columns; None
+        for json without a schema (the source infers one: infer_ddl)."""
+        if self.name == "json" and self.schema is None:
+            return None
+        return f"{spark_ddl(self.value_schema())}, {MESSAGE_DDL}"
+
+    def check_rows(self, schema: pa.Schema, where: str) -> None:
+        """A sink's check that its stream has what the format writes."""
+        if self.name != "json" and VALUE not in schema.names:
+            raise ValidationError(
+                f"{where}: format = '{self.name}' writes the column `{VALUE}`, which the stream"
+                " lacks"
+            )
+
     def row_schema(self) -> pa.Schema:
         """The source's rows: the value's columns, then the message columns."""
         return pa.schema([*self.value_schema(), *MESSAGE_SCHEMA])
@@ -175,6 +190,27 @@ class ValueFormat:
             json.dumps(r, default=json_value, ensure_ascii=False).encode("utf-8")
             for r in rows.select(kept).to_pylist()
         ]
+
+
+def check_destination(options: dict[str, Any], schema: pa.Schema, where: str, name: str) -> None:
+    """A sink's check of where each message goes: the option `name` (a fixed topic, subject,
+    key) or `name`.column (a column of the stream), exactly one of them."""
+    fixed, column = options.get(name), options.get(f"{name}.column")
+    if bool(fixed) == bool(column):
+        raise ValidationError(f"{where}: give one of {name} and {name}.column")
+    if column and column not in schema.names:
+        raise ValidationError(f"{where}: {name}.column {column} is not a column of the stream")
+
+
+def destinations(options: dict[str, Any], name: str, rows: pa.Table) -> list:
+    """Each row's destination: its `name`.column's value, else the option `name`."""
+    column = options.get(f"{name}.column")
+    return rows.column(column).to_pylist() if column else [options[name]] * rows.num_rows
+
+
+def column_values(rows: pa.Table, name: str) -> list:
+    """A column's values (NULLs when the rows have no such column, e.g. __headers)."""
+    return rows.column(name).to_pylist() if name in rows.schema.names else [None] * rows.num_rows
 
 
 def json_value(value):

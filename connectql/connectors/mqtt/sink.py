@@ -12,7 +12,12 @@ import pyarrow as pa
 from connectql.config import Option
 from connectql.connectors.mqtt.client import CONNECTION, connected, where
 from connectql.toolkit import Retryable, Sink, ValidationError
-from connectql.toolkit.messages import ValueFormat, format_options
+from connectql.toolkit.messages import (
+    ValueFormat,
+    check_destination,
+    destinations,
+    format_options,
+)  # fmt: skip
 
 ACK_S = 60.0  # the longest wait for the broker to acknowledge a batch's publishes
 SINK_OPTIONS = (
@@ -38,16 +43,8 @@ class MqttSink(Sink):
         return where(self.options)
 
     def check(self, schema: pa.Schema) -> None:
-        topic, column = self.options.get("topic"), self.options.get("topic.column")
-        if bool(topic) == bool(column):
-            raise ValidationError("mqtt sink: give one of topic and topic.column")
-        if column and column not in schema.names:
-            raise ValidationError(f"mqtt sink: topic.column {column} is not a column of the stream")
-        if self.format.name != "json" and "value" not in schema.names:
-            raise ValidationError(
-                f"mqtt sink: format = '{self.format.name}' writes the column `value`, which the"
-                " stream lacks"
-            )
+        check_destination(self.options, schema, "mqtt sink", "topic")
+        self.format.check_rows(schema, "mqtt sink")
         connected(self.options, "", "mqtt sink").disconnect()
 
     def last_batch(self, writer: str) -> int | None:
@@ -55,10 +52,7 @@ class MqttSink(Sink):
 
     def write(self, writer: str, batch_id: int, data: pa.Table) -> None:
         values = self.format.encode(data)
-        column = self.options.get("topic.column")
-        topics = (
-            data.column(column).to_pylist() if column else [self.options["topic"]] * len(values)
-        )
+        topics = destinations(self.options, "topic", data)
         client = connected(self.options, f"connectql-{uuid.uuid4().hex[:12]}", "mqtt sink")
         try:
             sent = [

@@ -15,9 +15,7 @@ from typing import Any
 from connectql.config import Option
 from connectql.connectors.mqtt.client import CONNECTION, connected, where
 from connectql.toolkit import Source, ValidationError
-from connectql.toolkit.ddl import spark_ddl
 from connectql.toolkit.messages import (
-    MESSAGE_DDL,
     ValueFormat,
     format_options,
 )
@@ -69,9 +67,7 @@ class MqttSource(SpooledSource, Source):
         connected(self.options, "", "mqtt source").disconnect()
 
     def schema(self) -> str:
-        if self.format.name != "json":
-            return f"`value` {'STRING' if self.format.name == 'text' else 'BINARY'}, {MESSAGE_DDL}"
-        return f"{spark_ddl(self.format.schema)}, {MESSAGE_DDL}"
+        return self.format.row_ddl()  # json has a schema: __init__ asks for it
 
     def _client_id(self, connector: str | None = None) -> str:
         return self.options.get("client.id") or f"connectql-{connector or self.connector}"

@@ -15,7 +15,14 @@ import pyarrow as pa
 from connectql.config import Option
 from connectql.connectors.nats.client import CONNECTION, call, where
 from connectql.toolkit import Sink, ValidationError
-from connectql.toolkit.messages import HEADERS, ValueFormat, format_options
+from connectql.toolkit.messages import (
+    HEADERS,
+    ValueFormat,
+    check_destination,
+    column_values,
+    destinations,
+    format_options,
+)  # fmt: skip
 from connectql.toolkit.sink import row_ids
 
 BUCKET = "connectql_progress"  # key '<connector>.<writer>': the last batch id written
@@ -40,20 +47,10 @@ class NatsSink(Sink):
         return where(self.options)
 
     def check(self, schema: pa.Schema) -> None:
-        subject, column = self.options.get("subject"), self.options.get("subject.column")
-        if bool(subject) == bool(column):
-            raise ValidationError("nats sink: give one of subject and subject.column")
-        if column and column not in schema.names:
-            raise ValidationError(
-                f"nats sink: subject.column {column} is not a column of the stream"
-            )
-        if self.format.name != "json" and "value" not in schema.names:
-            raise ValidationError(
-                f"nats sink: format = '{self.format.name}' writes the column `value`, which the"
-                " stream lacks"
-            )
-        if subject:
-            self._call(self._held, subject)
+        check_destination(self.options, schema, "nats sink", "subject")
+        self.format.check_rows(schema, "nats sink")
+        if self.options.get("subject"):
+            self._call(self._held, self.options["subject"])
 
     async def _held(self, nc, subject: str) -> str:
         from nats.js.errors import NotFoundError
@@ -97,12 +94,10 @@ class NatsSink(Sink):
 
     def _messages(self, writer, batch_id, data: pa.Table) -> list[tuple[str, bytes, dict]]:
         values = self.format.encode(data)
-        n = data.num_rows
-        column = self.options.get("subject.column")
-        subjects = data.column(column).to_pylist() if column else [self.options["subject"]] * n
-        headers = data.column(HEADERS).to_pylist() if HEADERS in data.schema.names else [None] * n
+        subjects = destinations(self.options, "subject", data)
+        headers = column_values(data, HEADERS)
         out = []
-        for i, msg_id in enumerate(row_ids(writer, batch_id, n)):
+        for i, msg_id in enumerate(row_ids(writer, batch_id, data.num_rows)):
             given = {k: v for k, v in headers[i] or () if v is not None}
             out.append((str(subjects[i]), values[i] or b"", {**given, "Nats-Msg-Id": msg_id}))
         return out

@@ -15,7 +15,6 @@ from connectql.config import Option
 from connectql.connectors.nats.client import CONNECTION, call, where
 from connectql.errors import PlanError
 from connectql.toolkit import DeadLetter, Source, ValidationError
-from connectql.toolkit.ddl import spark_ddl
 from connectql.toolkit.messages import (
     HEADERS,
     INFER_MESSAGES,
@@ -95,10 +94,8 @@ class NatsSource(Source):
         self._call(self._stream_of)  # found, or the error names the subject
 
     def schema(self) -> str:
-        if self.format.name != "json":
-            return f"`value` {'STRING' if self.format.name == 'text' else 'BINARY'}, {MESSAGE_DDL}"
-        if self.format.schema is not None:
-            return f"{spark_ddl(self.format.schema)}, {MESSAGE_DDL}"
+        if (given := self.format.row_ddl()) is not None:
+            return given
         first = self._state()[0] - 1
         sample = [m.data for m in self._call(self._fetch, first, None, INFER_MESSAGES)]
         try:

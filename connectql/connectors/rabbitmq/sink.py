@@ -11,8 +11,15 @@ import pyarrow as pa
 
 from connectql.config import Option
 from connectql.connectors.rabbitmq.client import CONNECTION, connect, where
-from connectql.toolkit import Retryable, Sink, ValidationError
-from connectql.toolkit.messages import HEADERS, ValueFormat, format_options
+from connectql.toolkit import Retryable, Sink
+from connectql.toolkit.messages import (
+    HEADERS,
+    ValueFormat,
+    check_destination,
+    column_values,
+    destinations,
+    format_options,
+)  # fmt: skip
 from connectql.toolkit.sink import row_ids
 
 SINK_OPTIONS = (
@@ -36,18 +43,8 @@ class RabbitSink(Sink):
         return where(self.options)
 
     def check(self, schema: pa.Schema) -> None:
-        key, column = self.options.get("routing.key"), self.options.get("routing.key.column")
-        if bool(key) == bool(column):
-            raise ValidationError("rabbitmq sink: give one of routing.key and routing.key.column")
-        if column and column not in schema.names:
-            raise ValidationError(
-                f"rabbitmq sink: routing.key.column {column} is not a column of the stream"
-            )
-        if self.format.name != "json" and "value" not in schema.names:
-            raise ValidationError(
-                f"rabbitmq sink: format = '{self.format.name}' writes the column `value`, which"
-                " the stream lacks"
-            )
+        check_destination(self.options, schema, "rabbitmq sink", "routing.key")
+        self.format.check_rows(schema, "rabbitmq sink")
         conn = connect(self.options, "rabbitmq sink")
         conn.close()
 
@@ -60,9 +57,8 @@ class RabbitSink(Sink):
 
         values = self.format.encode(data)
         n = data.num_rows
-        column = self.options.get("routing.key.column")
-        keys = data.column(column).to_pylist() if column else [self.options["routing.key"]] * n
-        headers = data.column(HEADERS).to_pylist() if HEADERS in data.schema.names else [None] * n
+        keys = destinations(self.options, "routing.key", data)
+        headers = column_values(data, HEADERS)
         conn = connect(self.options, "rabbitmq sink")
         try:
             channel = conn.channel()

@@ -14,9 +14,7 @@ from typing import Any
 from connectql.config import Option
 from connectql.connectors.rabbitmq.client import CONNECTION, connect, where
 from connectql.toolkit import Source, ValidationError
-from connectql.toolkit.ddl import spark_ddl
 from connectql.toolkit.messages import (
-    MESSAGE_DDL,
     ValueFormat,
     format_options,
     text_of,
@@ -82,9 +80,7 @@ class RabbitSource(SpooledSource, Source):
                 conn.close()
 
     def schema(self) -> str:
-        if self.format.name != "json":
-            return f"`value` {'STRING' if self.format.name == 'text' else 'BINARY'}, {MESSAGE_DDL}"
-        return f"{spark_ddl(self.format.schema)}, {MESSAGE_DDL}"
+        return self.format.row_ddl()  # json has a schema: __init__ asks for it
 
     # ----------------------------------------------------------------- offsets (driver)
     def latest_offset(self, start: dict) -> dict:

@@ -11,8 +11,16 @@ import pyarrow as pa
 
 from connectql.connectors.redis.options import SINK_OPTIONS, Connected
 from connectql.errors import PermanentError
-from connectql.toolkit import Retryable, Sink, ValidationError
-from connectql.toolkit.messages import HEADERS, KEY, ValueFormat, message_bytes
+from connectql.toolkit import Retryable, Sink
+from connectql.toolkit.messages import (
+    HEADERS,
+    KEY,
+    ValueFormat,
+    check_destination,
+    column_values,
+    destinations,
+    message_bytes,
+)  # fmt: skip
 
 PROGRESS = "connectql:progress:{connector}"  # hash: writer -> batch id, writer:epoch -> epoch
 
@@ -26,16 +34,8 @@ class RedisSink(Connected, Sink):
         self.format = ValueFormat.of(options, "redis sink")
 
     def check(self, schema: pa.Schema) -> None:
-        key, column = self.options.get("key"), self.options.get("key.column")
-        if bool(key) == bool(column):
-            raise ValidationError("redis sink: give one of key and key.column")
-        if column and column not in schema.names:
-            raise ValidationError(f"redis sink: key.column {column} is not a column of the stream")
-        if self.format.name != "json" and "value" not in schema.names:
-            raise ValidationError(
-                f"redis sink: format = '{self.format.name}' writes the column `value`, which the"
-                " stream lacks"
-            )
+        check_destination(self.options, schema, "redis sink", "key")
+        self.format.check_rows(schema, "redis sink")
         self._call(self.client.ping)
 
     def open(self, writer: str, schema: pa.Schema) -> None:
@@ -83,16 +83,16 @@ class RedisSink(Connected, Sink):
         """(stream key, fields) of each row, in order."""
         values = self.format.encode(data)
         n = data.num_rows
-        column = self.options.get("key.column")
-        streams = data.column(column).to_pylist() if column else [self.options["key"]] * n
-        keys = data.column(KEY).to_pylist() if KEY in data.schema.names else [None] * n
-        headers = data.column(HEADERS).to_pylist() if HEADERS in data.schema.names else [None] * n
+        streams = destinations(self.options, "key", data)
+        keys, headers = column_values(data, KEY), column_values(data, HEADERS)
         value_field = self.options["value.field"].encode()
         key_field = self.options["key.field"].encode()
         out = []
         for i in range(n):
             if streams[i] is None:
-                raise PermanentError(f"redis sink: row {i} of the batch has no {column}")
+                raise PermanentError(
+                    f"redis sink: row {i} of the batch has no {self.options['key.column']}"
+                )
             fields = {message_bytes(k): message_bytes(v) or b"" for k, v in headers[i] or ()}
             if keys[i] is not None:
                 fields[key_field] = message_bytes(keys[i])

@@ -55,12 +55,8 @@ class RedisSource(Connected, Source):
                 raise ValidationError(f"redis source: key '{key}' holds a {kind}, not a stream")
 
     def schema(self) -> str:
-        if self.format.name != "json":
-            return f"`value` {'STRING' if self.format.name == 'text' else 'BINARY'}, {MESSAGE_DDL}"
-        if self.format.schema is not None:
-            from connectql.toolkit.ddl import spark_ddl
-
-            return f"{spark_ddl(self.format.schema)}, {MESSAGE_DDL}"
+        if (given := self.format.row_ddl()) is not None:
+            return given
         sample = [v for v in self._sample() if v]
         try:
             return f"{infer_ddl(sample)}, {MESSAGE_DDL}"

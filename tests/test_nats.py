@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 import redis
 
-from connectql.connectors.nats.sink import BUCKET, NatsSink
+from connectql.connectors.nats.sink import BUCKET, NatsSink, _keys
 from connectql.connectors.nats.source import NatsSource
 from connectql.errors import ConnectQLError
 from connectql.toolkit.testing import SinkRun, SourceRun
@@ -83,14 +83,15 @@ def messages(subject: str) -> list:
     """Every message of a subject: (data, headers), in stream order."""
 
     async def go(js):
-        sub = await js.subscribe(subject, ordered_consumer=True)
+        # a pull consumer: its num_pending counts every message until fetched (a push
+        # consumer's drops the ones already pushed to the client)
+        sub = await js.pull_subscribe(subject, durable=None)
         try:
             pending = (await sub.consumer_info()).num_pending
             found = []
-            while pending:
-                msg = await sub.next_msg(timeout=5)
-                found.append((msg.data, msg.headers))
-                pending = msg.metadata.num_pending
+            while len(found) < pending:
+                for msg in await sub.fetch(pending - len(found), timeout=5):
+                    found.append((msg.data, msg.headers))
             return found
         finally:
             await sub.unsubscribe()
@@ -177,7 +178,7 @@ def test_nats_to_nats_through_sql_with_dead_letters(worker, subjects):
 
     async def left(js):
         kv = await js.key_value(BUCKET)
-        return [k for k in await kv.keys() if k.startswith("nout.")]
+        return [k for k in await _keys(kv) if k.startswith("nout.")]
 
     assert nats_call(left) == []
 

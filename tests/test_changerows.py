@@ -182,8 +182,10 @@ def _rows(tolerant: bool):
     changes = Changes({"t": rows}, tolerant)
     for i, amount in enumerate(["1.50", "123456.00", "2.25", "NaN"]):  # 123456.00 does not fit
 
-        def poison(e, i=i):
-            return {"table": "t", "error_message": f"change {i}: {e}", "offset": {"i": i}}
+        def poison(e, row, i=i):  # row: the change's (op, values, meta) as collected
+            op, values, _meta = row
+            message = f"change {i} ({op} amount={values['amount']}): {e}"
+            return {"table": "t", "error_message": message, "offset": {"i": i}}
 
         changes.add("t", "c", {"id": str(i), "amount": amount}, None, {"__pos": f"p{i}"},
                     TYPES, poison)  # fmt: skip
@@ -200,9 +202,9 @@ def test_a_value_that_does_not_fit_is_one_dead_letter_and_the_rest_arrive():
         {"id": 3, "amount": None, "__op": "c", "__pos": "p3"},  # NaN: NULL, as documented
     ]
     assert len(dead) == 1 and dead[0].offset == {"i": 1}
-    assert "change 1" in dead[0].error and "does not fit" in dead[0].error
+    assert "change 1 (c amount=123456.00)" in dead[0].error and "does not fit" in dead[0].error
 
 
 def test_without_tolerance_a_value_that_does_not_fit_fails_the_read_naming_it():
-    with pytest.raises(ConnectQLError, match="change 1: .*does not fit"):
+    with pytest.raises(ConnectQLError, match=r"change 1 \(c amount=123456.00\): .*does not fit"):
         list(_rows(tolerant=False).batches())

@@ -441,8 +441,11 @@ def read_changes(
     yield from changes.batches()
 
 
-def _poison(cfg, table: str, op: str, values: dict, txn: Txn, meta: dict, e: Exception) -> dict:
-    """A change that cannot be read, as a dead-letter record."""
+def _poison(
+    cfg, table: str, op: str, values: dict, txn: Txn, meta: dict, e: Exception, _row=None
+) -> dict:
+    """A change that cannot be read, as a dead-letter record (ChangeRows gives its `_row`
+    too: the same values)."""
     at = values["at"] if op == POISON else {**txn.end, "op": op}
     raw = at if op == POISON else {k: str(v)[:1000] for k, v in values.items()}
     message = (

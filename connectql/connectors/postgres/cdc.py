@@ -17,7 +17,16 @@ from psycopg import sql
 from pyspark.sql.types import StructType
 
 from connectql.connectors.postgres.client import qualified
-from connectql.connectors.postgres.pgoutput import UNCHANGED_TOAST, Begin, Change, Commit, Decoder
+from connectql.connectors.postgres.pgoutput import (
+    UNCHANGED_TOAST,
+    Begin,
+    Change,
+    Commit,
+    CHANGES,
+    Decoder,
+    relation_oid,
+    texts,
+)  # fmt: skip
 from connectql.connectors.postgres.pgtext import spark_column, spark_value
 from connectql.connectors.relational.changerows import ChangeRows, Changes
 from connectql.connectors.relational.changerows import with_snapshot_columns as snapshot_columns
@@ -262,30 +271,45 @@ def decoded_name(schema: str, table: str) -> str:
 
 
 def transactions(conn, slot: str, lsn_from: int, lsn_to: int) -> Iterator[tuple]:
-    """(commit LSN, ts_ms, xid, [Change]) of the transactions committed in (lsn_from, lsn_to],
-    peeked from the slot over SQL."""
-    pending: list[Change] = []
+    """(commit LSN, ts_ms, xid, [pgoutput message]) of the transactions committed in
+    (lsn_from, lsn_to], peeked from the slot over SQL: each transaction's Relation and change
+    messages, as change_batches takes them."""
+    rows = conn.execute(
+        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes"
+        "(%s, %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s)",
+        (slot, lsn_text(lsn_to + 1), publications(conn, slot)),
+    ).fetchall()
+    frame = Decoder(lambda oid, typmod: "")  # Begin and Commit only
+    pending: list[bytes] = []
     xid = 0
-    for commit, item in peek(conn, slot, lsn_to, None):
-        if isinstance(item, Begin):
-            pending, xid = [], item.xid
-        elif isinstance(item, Change):
-            pending.append(item)
-        elif isinstance(item, Commit):
+    for lsn, data in rows:
+        data = bytes(data)
+        kind = data[:1]
+        if kind == b"B":
+            pending, xid = [], frame.feed(data).xid
+        elif kind == b"C":
+            commit = lsn_int(lsn)
             if lsn_from < commit <= lsn_to:
-                yield commit, item.ts_ms, xid, pending
+                yield commit, frame.feed(data).ts_ms, xid, pending
             pending = []
+        elif kind in CHANGES or kind == b"R":
+            pending.append(data)
+
+
+_NEW, _KEY, _OLD = ord("N"), ord("K"), ord("O")
 
 
 def change_batches(
-    cfg, schemas: dict[str, StructType], keys: dict[str, list], txns, seen=None, tolerant=False,
-    fail=None,
+    cfg, schemas: dict[str, StructType], keys: dict[str, list], txns, decoder: Decoder,
+    seen=None, tolerant=False, fail=None,
 ) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:  # fmt: skip
     """(table, change rows) of the captured tables' changes in `txns` (commit LSN, ts_ms, xid,
-    [Change]), in commit order; `schemas` and `keys` by table. `seen(table, xid)`: whether the
-    table's snapshot already holds that transaction's changes (they are left out). A change
-    that cannot be read fails, naming its table and position, or when `tolerant` is one of the
-    dead letters (toolkit DeadLetters) yielded last."""
+    [pgoutput message]: Relation messages go to `decoder`, the rest are decoded into the
+    rows; or [Change], as an earlier connectql spooled them), in commit order; `schemas` and
+    `keys` by table. `seen(table, xid)`: whether the table's snapshot already holds that
+    transaction's changes (they are left out). A change that cannot be read fails, naming its
+    table and position, or when `tolerant` is one of the dead letters (toolkit DeadLetters)
+    yielded last."""
     ones = {decoded_name(cfg.schema, t): cfg.for_table(t) for t in schemas}
     changes = Changes(
         {
@@ -297,34 +321,65 @@ def change_batches(
         tolerant,
         fail,
     )
-    for commit, ts_ms, xid, batch in txns:
-        sources = {}  # by table: the same for each of the transaction's changes
-        for seq, change in enumerate(batch, start=1):
-            if change.table in ones and not (seen and seen(change.table, xid)):
-                one = ones[change.table]
-                meta = {"__ts_ms": ts_ms, "__pos": position(commit, seq)}
-                if change.table not in sources:
-                    where = {"commit_lsn": lsn_text(commit), "xid": xid}
-                    sources[change.table] = _source(one, False, **where)
-                meta["__source"] = sources[change.table]
-                values, before, meta["__unchanged"] = _untoasted(change)
-                poison = partial(_poison, one, change, commit, meta)
-                changes.add(one.table, change.op, values, before, meta, change.types, poison)
+    for commit, ts_ms, xid, messages in txns:
+        tables: dict[str, tuple] = {}  # by table: (rows, __source, poison) for this transaction
+        seq = 0
+        for message in messages:
+            if isinstance(message, Change):
+                change = message
+            elif message[:1] == b"R":
+                decoder.feed(message)
+                continue
+            else:
+                change = None
+            seq += 1
+            name = change.table if change else decoder.relation(relation_oid(message)).table
+            one = ones.get(name)
+            if one is None or (seen and seen(name, xid)):
+                continue
+            if name not in tables:
+                where = {"commit_lsn": lsn_text(commit), "xid": xid}
+                rows = changes.rows[one.table]
+                tables[name] = (rows, _source(one, False, **where), partial(_poison, one, commit))
+            rows, source, poison = tables[name]
+            pos = position(commit, seq)
+            if change is None and _plain(message, decoder, rows, ts_ms, pos, source, poison):
+                continue
+            change = change or decoder.feed(message)
+            values, before, unchanged = _untoasted(change)
+            meta = {"__ts_ms": ts_ms, "__pos": pos, "__source": source, "__unchanged": unchanged}
+            rows.add(change.op, values, before, meta, change.types, poison)
     yield from changes.batches()
 
 
-def _poison(cfg, change: Change, commit: int, meta: dict, e: Exception) -> dict:
-    """A change that cannot be read, as a dead-letter record."""
+def _plain(message: bytes, decoder: Decoder, rows: ChangeRows, *meta) -> bool:
+    """A change without an old row to compare or unchanged values (an insert, an update that
+    kept its key, a delete) goes to `rows` straight from the message; False for the others."""
+    kind, tag = message[:1], message[5]
+    if not (tag == _NEW or (kind == b"D" and tag in (_KEY, _OLD))):
+        return False
+    values, _end, unchanged = texts(message, 6)
+    if unchanged:
+        return False
+    rel = decoder.relation(relation_oid(message))
+    op = "c" if kind == b"I" else "u" if kind == b"U" else "d"
+    rows.add_values(op, rel.columns, values, rel.types, *meta)
+    return True
+
+
+def _poison(cfg, commit: int, e: Exception, row: tuple) -> dict:
+    """A change that cannot be read (row: its op, values and meta), as a dead-letter record."""
+    op, values, meta = row
     message = (
         f"table {cfg.schema}.{cfg.table}: the change at LSN {lsn_text(commit)} cannot be read:"
         f" {type(e).__name__}: {str(e)[:300]}"
     )
-    raw = {k: None if v is None else str(v)[:1000] for k, v in change.values.items()}
+    raw = {k: None if v is None else str(v)[:1000] for k, v in values.items()}
     return {
         "table": cfg.table, "ts_ms": meta["__ts_ms"], "pos": meta["__pos"],
         "offset": {"lsn": lsn_text(commit), "table": cfg.table},
         "error_class": type(e).__name__, "error_message": message,
-        "raw_record": {"op": change.op, **raw},
+        "raw_record": {"op": op, **raw},
     }  # fmt: skip
 
 

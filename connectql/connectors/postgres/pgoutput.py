@@ -8,9 +8,10 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["UNCHANGED_TOAST", "Begin", "Change", "Commit", "Decoder"]
+__all__ = ["CHANGES", "UNCHANGED_TOAST", "Begin", "Change", "Commit", "Decoder", "relation_oid", "texts"]
 
 PG_EPOCH_MS = 946_684_800_000  # 2000-01-01 in ms since the Unix epoch
+CHANGES = (b"I", b"U", b"D")  # the messages of a row change
 
 
 class _UnchangedToast:
@@ -99,7 +100,7 @@ class Decoder:
         if kind == b"R":
             self._relation(_Reader(data, 1))
             return None
-        if kind in (b"I", b"U", b"D"):
+        if kind in CHANGES:
             return self._change(kind, _Reader(data, 1))
         return None
 
@@ -136,29 +137,45 @@ class Decoder:
 
 _TEXT, _NULL, _TOASTED = ord("t"), ord("n"), ord("u")
 _INT16, _INT32 = struct.Struct("!h").unpack_from, struct.Struct("!i").unpack_from
+_OID = struct.Struct("!I").unpack_from
+
+
+def relation_oid(message: bytes) -> int:
+    """The relation a change message names (after its kind)."""
+    return _OID(message, 1)[0]
 
 
 def _tuple(columns: tuple[str, ...], data: bytes, pos: int) -> tuple[dict, int]:
-    """A TupleData's values by column, and the position after it (the hot loop of a drain:
-    one unpack per value, no method calls)."""
-    values = {}
+    """A TupleData's values by column, and the position after it."""
+    values, pos, _unchanged = texts(data, pos)
+    return dict(zip(columns, values)), pos
+
+
+def texts(data: bytes, pos: int) -> tuple[list, int, bool]:
+    """A TupleData's values in column order, the position after it, and whether one is an
+    unchanged out-of-line value (the hot loop of a drain: one unpack per value, no method
+    calls)."""
+    values: list = []
+    append = values.append
+    unchanged = False
     (n,) = _INT16(data, pos)
     pos += 2
-    for col in columns[:n]:
+    for _ in range(n):
         kind = data[pos]
         if kind == _TEXT:
             (size,) = _INT32(data, pos + 1)
             pos += 5 + size
-            values[col] = data[pos - size : pos].decode("utf-8")
+            append(data[pos - size : pos].decode("utf-8"))
         elif kind == _NULL:
-            values[col] = None
+            append(None)
             pos += 1
         elif kind == _TOASTED:
-            values[col] = UNCHANGED_TOAST
+            append(UNCHANGED_TOAST)
+            unchanged = True
             pos += 1
         else:
             raise ValueError(f"pgoutput: unexpected value kind {chr(kind)!r}")
-    return values, pos
+    return values, pos, unchanged
 
 
 def _ms(pg_us: int) -> int:

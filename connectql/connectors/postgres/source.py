@@ -195,11 +195,10 @@ class PostgresSource(PostgresTables, TableSource):
             yield from super()._read(conn, part, fast)
             return
         keys = {t: self.meta(conn, t).key for t in self.tables_read}
-        decoder = Decoder(cdc.type_names(conn))
-        txns = walstream.read_spool(self._spool(), part.log_from, part.log_to, decoder)
-        yield from self._changes_out(self._changes(keys, txns))
+        txns = walstream.read_spool(self._spool(), part.log_from, part.log_to)
+        yield from self._changes_out(self._changes(conn, keys, txns))
 
-    def _changes(self, keys: dict, txns) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
+    def _changes(self, conn, keys: dict, txns) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
         """(table, change rows), less those a keyless table's snapshot already read."""
         seen = {
             cdc.decoded_name(self.cfg.schema, t): s
@@ -209,9 +208,11 @@ class PostgresSource(PostgresTables, TableSource):
         def in_snapshot(table: str, xid: int) -> bool:
             return table in seen and walstream.visible(xid, seen[table])
 
+        decoder = Decoder(cdc.type_names(conn))
         yield from cdc.change_batches(
-            self.cfg, self.live_schemas, keys, txns, in_snapshot, self.tolerant, self.cannot_read
-        )
+            self.cfg, self.live_schemas, keys, txns, decoder, in_snapshot, self.tolerant,
+            self.cannot_read,
+        )  # fmt: skip
 
     def _keyless_snapshot(self, conn, part: Range) -> Iterator[pa.RecordBatch]:
         """A table without a primary key is read whole in one transaction whose snapshot is
@@ -236,7 +237,7 @@ class PostgresSource(PostgresTables, TableSource):
     def log_read(self, conn, part: Range) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
         keys = {t: self.meta(conn, t).key for t in self.tables_read}
         txns = cdc.transactions(conn, self.cfg.slot, part.log_from, part.log_to)
-        yield from self._changes(keys, txns)
+        yield from self._changes(conn, keys, txns)
 
     def with_snapshot_columns(self, batch: pa.RecordBatch, table, position: int):
         cfg = self.cfg.for_table(table)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import pickle
 import select
-import struct
 import tempfile
 import threading
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from connectql.connectors.postgres.cdc import publications, type_names
 from connectql.connectors.postgres.client import connect, connect_error, libpq_params
-from connectql.connectors.postgres.pgoutput import Begin, Commit, Decoder
+from connectql.connectors.postgres.pgoutput import CHANGES, Begin, Commit, Decoder, relation_oid
 from connectql.connectors.relational.tablereader import Window
 from connectql.errors import ConnectQLError
 
@@ -35,8 +34,6 @@ HEARD_S = 15.0  # ... within this long (at most: read.timeout.ms when shorter)
 READ_WAIT_S = 120.0
 AHEAD_BATCHES = 4  # the tailer stops reading this many batches' rows past the committed LSN
 IN_USE_WAIT_S = 15.0  # START_REPLICATION waits this long for a dead process's hold on the slot
-CHANGES = (b"I", b"U", b"D")  # the pgoutput messages of a row change
-_OID = struct.Struct("!I").unpack_from  # a change message's relation, after its kind
 
 
 def spool_dir(checkpoint: str | None, cfg) -> Path:
@@ -66,10 +63,11 @@ def covered(spool: Path) -> int:
         return -1
 
 
-def read_spool(spool: Path, lsn_from: int, lsn_to: int, decoder: Decoder):
-    """(commit LSN, ts_ms, xid, [Change]) of the spooled transactions in (lsn_from, lsn_to], in
-    commit order, once the spool covers lsn_to (waiting for the tailer if need be), decoded by
-    `decoder`."""
+def read_spool(spool: Path, lsn_from: int, lsn_to: int):
+    """(commit LSN, ts_ms, xid, messages) of the spooled transactions in (lsn_from, lsn_to], in
+    commit order, once the spool covers lsn_to (waiting for the tailer if need be): the
+    pgoutput Relation messages a transaction's changes need, then its change messages (or,
+    spooled by an earlier connectql, its decoded changes), as cdc.change_batches takes them."""
     deadline = time.monotonic() + READ_WAIT_S
     while covered(spool) < lsn_to:
         if time.monotonic() > deadline:
@@ -83,13 +81,11 @@ def read_spool(spool: Path, lsn_from: int, lsn_to: int, decoder: Decoder):
         lsn = int(name.removesuffix(".txn"), 16)
         if lsn_from < lsn <= lsn_to:
             body = pickle.loads((spool / name).read_bytes())
-            if len(body) == 4:  # spooled decoded, by an earlier connectql (a [Change] list)
+            if len(body) == 4:
                 yield body
                 continue
             lsn, ts_ms, xid, relations, messages = body
-            for message in relations:
-                decoder.feed(message)
-            yield lsn, ts_ms, xid, [decoder.feed(m) for m in messages]
+            yield lsn, ts_ms, xid, [*relations, *messages]
 
 
 # ------------------------------------------------------------------ keyless tables' snapshots
@@ -244,13 +240,13 @@ class Tailer:
             data = bytes(msg.payload)
             kind = data[:1]
             if kind in CHANGES:
-                oid = _OID(data, 1)[0]
+                oid = relation_oid(data)
                 if decoder.relation(oid).table in self.captured:
                     txn.append(data)
                     used.add(oid)
             elif kind == b"R":
                 decoder.feed(data)
-                relations[_OID(data, 1)[0]] = data
+                relations[relation_oid(data)] = data
             else:
                 item = decoder.feed(data)
                 if isinstance(item, Begin):

@@ -14,7 +14,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from connectql.errors import ConnectQLError, SchemaChanged, SchemaEvolved
-from connectql.toolkit.envelope import META_COLUMNS
+from connectql.toolkit.envelope import META_COLUMNS, OP, POS, SOURCE, TS_MS, UNCHANGED
 from connectql.toolkit.source import DeadLetter
 
 
@@ -23,11 +23,12 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 
 
 class ChangeRows:
-    """Collects change rows of `table` as the log decoded them, and converts each column at
-    once when the batch is built: `fast(field, db_type, values)` may give the
-    whole column as an Arrow array (None, or an error, where it cannot), else each value goes
-    through `convert(value, field, types)` (`types`: as given to add). A value neither can read
-    makes its row a dead letter (Changes), the rest of the batch goes on."""
+    """Collects change rows of `table` as the log decoded them, column by column (no object per
+    row: a drain's millions of rows cost the garbage collector nothing), and converts each
+    column at once when the batch is built: `fast(field, db_type, values)` may give the whole
+    column as an Arrow array (None, or an error, where it cannot), else each value goes through
+    `convert(value, field, types)` (`types`: as given to add). A value neither can read makes
+    its row a dead letter (Changes), the rest of the batch goes on."""
 
     def __init__(self, schema: StructType, key, table: str, schema_change: str, convert, fast=None):
         self.key, self.table, self.schema_change = tuple(key), table, schema_change
@@ -37,20 +38,23 @@ class ChangeRows:
         self.data = [f for f in schema.fields if f.name not in META_COLUMNS]
         self.names = {f.name for f in self.data}
         self.meta_names = [n for n in schema.names if n in META_COLUMNS]
-        self.values: list[dict] = []  # each row's values, by column (made columns at the end)
-        self.metas: list[tuple[str, dict]] = []  # each row's __op and meta
-        self.types: list[dict] = []
+        self.columns: dict[str, list] = {f.name: [] for f in self.data}  # each row's value
+        self.meta: dict[str, list] = {name: [] for name in META_COLUMNS}
+        self.types: list[dict] = []  # each row's database types (one dict per table layout)
         self.distinct_types: list[dict] = []
-        self.poison: list[Callable[[Exception], dict] | None] = []
+        # each row's poison(error, row): its dead-letter record, row = (op, values, meta)
+        self.poison: list[Callable[[Exception, tuple], dict] | None] = []
+        self._layouts: dict[tuple, tuple] = {}
 
     @property
     def count(self) -> int:
-        return len(self.values)
+        return len(self.types)
 
     def add(self, op: str, values: dict, before: dict | None, meta: dict, types=None,
             poison=None) -> None:  # fmt: skip
-        """One change; `meta` holds __ts_ms, __pos and __source; `types` names the database
-        types of the values' columns (for messages); `poison(error)`: its dead-letter record."""
+        """One change; `meta` holds __ts_ms, __pos and __source (and __unchanged); `types`
+        names the database types of the values' columns (for messages); `poison(error, row)`:
+        its dead-letter record."""
         types = types or {}
         if values.keys() != self.names:
             self._check_columns(op, values, types)
@@ -61,7 +65,39 @@ class ChangeRows:
                 return
         self._row(op, values, meta, types, poison)
 
-    def _check_columns(self, op: str, values: dict, types: dict) -> None:
+    def add_values(self, op: str, columns: tuple, values: list, types: dict, ts_ms: int,
+                   pos: str, source: str, poison) -> None:  # fmt: skip
+        """One change whose values come in the order of `columns` (a table's layout, the same
+        tuple for each of its rows): insert, update that kept its key, or delete; no
+        unchanged values."""
+        layout = self._layouts.get((columns, op == "c"))
+        if layout is None:
+            layout = self._layout(op, columns, types)
+        targets, missing = layout
+        for buf, value in zip(targets, values):
+            buf.append(value)
+        for buf in missing:
+            buf.append(None)
+        meta = self.meta
+        meta[OP].append(op)
+        meta[TS_MS].append(ts_ms)
+        meta[POS].append(pos)
+        meta[SOURCE].append(source)
+        meta[UNCHANGED].append(None)
+        self._typed(types)
+        self.poison.append(poison)
+
+    def _layout(self, op: str, columns: tuple, types: dict) -> tuple:
+        """The buffers `columns`' values go to (a column the stream lacks: discarded) and
+        those of the stream's columns `columns` lacks, checked against schema.change once."""
+        if set(columns) != self.names:
+            self._check_columns(op, columns, types)
+        targets = [self.columns.get(c, _DISCARD) for c in columns]
+        missing = [buf for name, buf in self.columns.items() if name not in columns]
+        self._layouts[columns, op == "c"] = layout = (targets, missing)
+        return layout
+
+    def _check_columns(self, op: str, values, types: dict) -> None:
         added = [c for c in values if c not in self.names]
         new = f"table {self.table} has new column(s) " + ", ".join(
             f"{c} ({types[c]})" if c in types else c for c in added
@@ -79,12 +115,23 @@ class ChangeRows:
                 )
 
     def _row(self, op: str, values: dict, meta: dict, types: dict, poison) -> None:
-        self.values.append(values)
-        self.metas.append((op, meta))
+        for name, buf in self.columns.items():
+            buf.append(values.get(name))
+        for name, buf in self.meta.items():
+            buf.append(op if name == OP else meta.get(name))
+        self._typed(types)
+        self.poison.append(poison)
+
+    def _typed(self, types: dict) -> None:
         if not self.types or types is not self.types[-1]:
             self.distinct_types.append(types)
         self.types.append(types)
-        self.poison.append(poison)
+
+    def row(self, i: int) -> tuple[str, dict, dict]:
+        """Row i as (op, values by column, meta)."""
+        values = {name: buf[i] for name, buf in self.columns.items()}
+        meta = {name: buf[i] for name, buf in self.meta.items() if name != OP}
+        return self.meta[OP][i], values, meta
 
     def batch(self, unreadable: Callable[[dict], None] | None = None) -> pa.RecordBatch:
         """The rows as a batch; each row with a value that cannot be read is handed to
@@ -92,23 +139,19 @@ class ChangeRows:
         bad: dict[int, Exception] = {}
         arrays = {f.name: self._column(f, bad) for f in self.arrow if f.name in self.names}
         for name in self.meta_names:
-            if name == "__op":
-                column = [op for op, _meta in self.metas]
-            else:
-                column = [meta.get(name) for _op, meta in self.metas]
-            arrays[name] = pa.array(column, self.arrow.field(name).type)
+            arrays[name] = pa.array(self.meta[name], self.arrow.field(name).type)
         batch = pa.RecordBatch.from_arrays([arrays[f.name] for f in self.arrow], schema=self.arrow)
         if not bad:
             return batch
         for i in sorted(bad):
             if unreadable is None or self.poison[i] is None:
                 raise bad[i]
-            unreadable(self.poison[i](bad[i]))
+            unreadable(self.poison[i](bad[i], self.row(i)))
         return batch.filter(pa.array([i not in bad for i in range(self.count)]))
 
     def _column(self, f: pa.Field, bad: dict[int, Exception]) -> pa.Array:
         field = next(d for d in self.data if d.name == f.name)
-        raw = [values.get(f.name) for values in self.values]
+        raw = self.columns[f.name]
         if self.fast is not None:
             db_type = self._db_type(f.name)
             if db_type is not None:
@@ -145,6 +188,16 @@ class ChangeRows:
                 bad.setdefault(i, ValueError(f"{value!r} does not fit {type_}: {e}"))
                 values[i] = None
         return pa.array(values, type_)
+
+
+class _Discard:
+    """Where the values of a column the stream does not take go (schema.change = 'ignore')."""
+
+    def append(self, _value) -> None:
+        pass
+
+
+_DISCARD = _Discard()
 
 
 # what converting a value that does not fit raises (a schema change raises other errors)

@@ -91,7 +91,8 @@ def test_the_tailer_spools_plans_confirms_and_starts_again(setup):
     assert slot_position(conn) <= start
     tailer.confirm(window.last_relevant)
     wait_until(lambda: slot_position(conn) == window.last_relevant, 30, what="the slot to move")
-    assert len(list(tailer.spool.glob("*.txn"))) == 1
+    left = [int(p.stem, 16) for p in tailer.spool.glob("*.txn")]  # files of later commits only
+    assert left and min(left) > window.last_relevant
 
     # a quiet captured table: the tailer still follows the server's WAL (heartbeats)
     quiet = commit_of(conn, "INSERT INTO other VALUES (2)")

@@ -1,9 +1,10 @@
 """The change log over PostgreSQL's streaming replication protocol: a tailer thread in the source
 process holds the slot's one replication connection (psycopg2's LogicalReplicationConnection;
 psycopg 3 has no replication protocol) and spools each transaction of the captured tables, as
-the pgoutput messages the server sent (and the Relation messages they need), to a file named by
-its commit LSN in a directory beside the checkpoint: the tailer only frames and counts them, a
-batch's reader decodes them, once. latestOffset looks batches up in the spool, read() (in other
+the pgoutput messages the server sent (and the Relation messages they need), to files in a
+directory beside the checkpoint, each holding the transactions of up to GROUP_S (or
+GROUP_MESSAGES messages, or until the stream pauses) and named by the last one's commit LSN:
+the tailer only frames and counts them, a batch's reader decodes them, once. latestOffset looks batches up in the spool, read() (in other
 processes) reads a range of its files, and commit sends the committed LSN as the slot's flush
 position and deletes the files up to it. The slot never passes what the checkpoint committed, so
 after a restart the tailer spools again from there and a replayed batch reads the same
@@ -28,6 +29,8 @@ from connectql.errors import ConnectQLError
 
 COVERED = "covered"  # the spool's file holding the LSN up to which every commit is spooled
 POLL_S = 0.05
+GROUP_S = 0.05  # a spool file holds the transactions of this long at most (one write, not many)
+GROUP_MESSAGES = 50_000  # ... or of this many change messages
 ASK_EVERY_S = 0.5  # while idle, ask the server where it is (a keepalive reply), this often
 PING_S = 5.0  # while idle, check the server answers a query (a silent one is hung), this often
 HEARD_S = 15.0  # ... within this long (at most: read.timeout.ms when shorter)
@@ -76,15 +79,20 @@ def read_spool(spool: Path, lsn_from: int, lsn_to: int):
                 f" {READ_WAIT_S:.0f} s (is the source's replication connection down?)"
             )
         time.sleep(POLL_S)
-    names = sorted(p.name for p in spool.glob("*.txn"))
-    for name in names:
-        lsn = int(name.removesuffix(".txn"), 16)
-        if lsn_from < lsn <= lsn_to:
-            body = pickle.loads((spool / name).read_bytes())
-            if len(body) == 4:
-                yield body
+    for name in sorted(p.name for p in spool.glob("*.txn")):
+        if int(name.removesuffix(".txn"), 16) <= lsn_from:
+            continue
+        body = pickle.loads((spool / name).read_bytes())
+        for txn in body if isinstance(body, list) else [body]:
+            lsn = txn[0]
+            if lsn > lsn_to:
+                return
+            if lsn <= lsn_from:
                 continue
-            lsn, ts_ms, xid, relations, messages = body
+            if len(txn) == 4:  # spooled decoded, by an earlier connectql (a [Change] list)
+                yield txn
+                continue
+            lsn, ts_ms, xid, relations, messages = txn
             yield lsn, ts_ms, xid, [*relations, *messages]
 
 
@@ -128,6 +136,11 @@ class Tailer:
         self.rows: list[int] = []  # their captured row counts
         self.pending = 0  # sum(rows)
         self.seen = start  # every commit up to this LSN is spooled
+        self.files: list[int] = []  # the spool files' names (their last commit LSN), in order
+        self.group: list[tuple] = []  # transactions to spool with the next file
+        self.grouped = 0  # their change messages
+        self.flushed_at = 0.0  # when the last file (or coverage) was written
+        self.reached = start  # the last commit read (spooled or not)
         self.server_end = start  # the server's end of WAL, as its last message said
         self.confirmed = start
         self.told = start  # the flush position last sent
@@ -135,6 +148,9 @@ class Tailer:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         spool.mkdir(parents=True, exist_ok=True)
+        for stale in spool.glob("*.txn"):  # grouped otherwise by an earlier tailer: spooled again
+            stale.unlink()
+        write_atomic(spool / COVERED, str(start).encode())
         self.thread = threading.Thread(target=self._run, name="pgoutput-tailer", daemon=True)
         self.thread.start()
 
@@ -162,11 +178,13 @@ class Tailer:
                 return
             self.confirmed = lsn
             i = bisect_right(self.commits, lsn)
-            gone, self.commits = self.commits[:i], self.commits[i:]
+            self.commits = self.commits[i:]
             self.pending -= sum(self.rows[:i])
             self.rows = self.rows[i:]
-        for c in gone:
-            (self.spool / _name(c)).unlink(missing_ok=True)
+            f = bisect_right(self.files, lsn)
+            gone, self.files = self.files[:f], self.files[f:]
+        for name in gone:
+            (self.spool / _name(name)).unlink(missing_ok=True)
 
     def close(self) -> None:
         self.stopping.set()
@@ -220,6 +238,7 @@ class Tailer:
         asked = pinged = time.monotonic()
         while not self.stopping.is_set():
             if self._ahead():
+                self._flush(self.reached)
                 self._feedback(cur)
                 time.sleep(POLL_S)
                 continue
@@ -233,8 +252,8 @@ class Tailer:
                 if now - asked > ASK_EVERY_S:
                     self._feedback(cur, reply=True)
                     asked = now
-                if cur.wal_end and not txn and begin is None:
-                    self._covered(cur.wal_end)
+                if not txn and begin is None:
+                    self._flush(max(self.reached, cur.wal_end or 0))
                 select.select([cur], [], [], POLL_S)
                 continue
             data = bytes(msg.payload)
@@ -254,6 +273,8 @@ class Tailer:
                 elif isinstance(item, Commit):
                     self._spool(item, begin, txn, [relations[o] for o in sorted(used)])
                     begin, txn = None, []
+                    if self._due():
+                        self._flush(self.reached)
             self._feedback(cur)
 
     def _ping(self, sql) -> None:
@@ -278,20 +299,38 @@ class Tailer:
         return self.pending > AHEAD_BATCHES * self.limit
 
     def _spool(self, commit: Commit, begin: Begin | None, txn: list[bytes], relations) -> None:
+        """A committed transaction: into the next spool file when it changed captured rows."""
         lsn = commit.end_lsn
         if txn and lsn > self.confirmed:
-            body = (lsn, commit.ts_ms, begin.xid if begin else 0, relations, txn)
-            write_atomic(self.spool / _name(lsn), pickle.dumps(body, pickle.HIGHEST_PROTOCOL))
-            with self.lock:
-                self.commits.append(lsn)
-                self.rows.append(len(txn))
-                self.pending += len(txn)
-        self._covered(lsn)
+            self.group.append((lsn, commit.ts_ms, begin.xid if begin else 0, relations, txn))
+            self.grouped += len(txn)
+        self.reached = max(self.reached, lsn)
 
-    def _covered(self, lsn: int) -> None:
-        if lsn > self.seen:
-            self.seen = lsn
-            write_atomic(self.spool / COVERED, str(lsn).encode())
+    def _due(self) -> bool:
+        """Write what is grouped: enough messages, or the first of them waited long enough."""
+        if self.grouped >= GROUP_MESSAGES:
+            return True
+        waiting = self.group or self.reached > self.seen
+        return bool(waiting) and time.monotonic() - self.flushed_at >= GROUP_S
+
+    def _flush(self, covered: int) -> None:
+        """Write the grouped transactions as one file, then make them (and every commit up to
+        `covered`) visible to batches: the file before the coverage, never the other way."""
+        if self.group:
+            last = self.group[-1][0]
+            body = pickle.dumps(self.group, pickle.HIGHEST_PROTOCOL)
+            write_atomic(self.spool / _name(last), body)
+            with self.lock:
+                self.files.append(last)
+                for lsn, _ts, _xid, _relations, messages in self.group:
+                    self.commits.append(lsn)
+                    self.rows.append(len(messages))
+                    self.pending += len(messages)
+            self.group, self.grouped = [], 0
+        if covered > self.seen:
+            self.seen = covered
+            write_atomic(self.spool / COVERED, str(covered).encode())
+        self.flushed_at = time.monotonic()
 
 
 def replication_connection(cfg: dict):

@@ -49,7 +49,18 @@ def lsn_text(value: int) -> str:
 
 def position(commit_lsn: int, seq: int) -> str:
     """__pos: sortable as text; a transaction's changes by commit LSN, then order within it."""
-    return f"{commit_lsn:016X}-{seq:010d}"
+    return f"{commit_lsn:016X}-{_seq_text(seq)}"
+
+
+_SEQ_TEXTS: list[str] = []  # seq -> its 10 digits, made once (formatting each row's costs more)
+
+
+def _seq_text(seq: int) -> str:
+    if seq >= len(_SEQ_TEXTS):
+        if seq >= 1 << 20:
+            return f"{seq:010d}"
+        _SEQ_TEXTS.extend(f"{i:010d}" for i in range(len(_SEQ_TEXTS), 2 * seq + 1024))
+    return _SEQ_TEXTS[seq]
 
 
 # ------------------------------------------------------------------ the slot
@@ -333,7 +344,8 @@ def change_batches(
             else:
                 change = None
             seq += 1
-            name = change.table if change else decoder.relation(relation_oid(message)).table
+            rel = None if change else decoder.relation(relation_oid(message))
+            name = change.table if change else rel.table
             one = ones.get(name)
             if one is None or (seen and seen(name, xid)):
                 continue
@@ -343,7 +355,7 @@ def change_batches(
                 tables[name] = (rows, _source(one, False, **where), partial(_poison, one, commit))
             rows, source, poison = tables[name]
             pos = position(commit, seq)
-            if change is None and _plain(message, decoder, rows, ts_ms, pos, source, poison):
+            if change is None and _plain(message, rel, rows, ts_ms, pos, source, poison):
                 continue
             change = change or decoder.feed(message)
             values, before, unchanged = _untoasted(change)
@@ -352,7 +364,7 @@ def change_batches(
     yield from changes.batches()
 
 
-def _plain(message: bytes, decoder: Decoder, rows: ChangeRows, *meta) -> bool:
+def _plain(message: bytes, rel, rows: ChangeRows, *meta) -> bool:
     """A change without an old row to compare or unchanged values (an insert, an update that
     kept its key, a delete) goes to `rows` straight from the message; False for the others."""
     kind, tag = message[:1], message[5]
@@ -361,7 +373,6 @@ def _plain(message: bytes, decoder: Decoder, rows: ChangeRows, *meta) -> bool:
     values, _end, unchanged = texts(message, 6)
     if unchanged:
         return False
-    rel = decoder.relation(relation_oid(message))
     op = "c" if kind == b"I" else "u" if kind == b"U" else "d"
     rows.add_values(op, rel.columns, values, rel.types, *meta)
     return True

@@ -18,11 +18,10 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors.postgres.client import qualified
 from connectql.connectors.postgres.pgoutput import (
+    CHANGES,
     UNCHANGED_TOAST,
-    Begin,
     Change,
     Commit,
-    CHANGES,
     Decoder,
     relation_oid,
     texts,
@@ -371,7 +370,7 @@ def _plain(message: bytes, rel, rows: ChangeRows, *meta) -> bool:
     if not (tag == _NEW or (kind == b"D" and tag in (_KEY, _OLD))):
         return False
     values, _end, unchanged = texts(message, 6)
-    if unchanged:
+    if unchanged or len(values) != len(rel.columns):
         return False
     op = "c" if kind == b"I" else "u" if kind == b"U" else "d"
     rows.add_values(op, rel.columns, values, rel.types, *meta)

@@ -8,7 +8,16 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CHANGES", "UNCHANGED_TOAST", "Begin", "Change", "Commit", "Decoder", "relation_oid", "texts"]
+__all__ = [
+    "CHANGES",
+    "UNCHANGED_TOAST",
+    "Begin",
+    "Change",
+    "Commit",
+    "Decoder",
+    "relation_oid",
+    "texts",
+]
 
 PG_EPOCH_MS = 946_684_800_000  # 2000-01-01 in ms since the Unix epoch
 CHANGES = (b"I", b"U", b"D")  # the messages of a row change
@@ -148,7 +157,7 @@ def relation_oid(message: bytes) -> int:
 def _tuple(columns: tuple[str, ...], data: bytes, pos: int) -> tuple[dict, int]:
     """A TupleData's values by column, and the position after it."""
     values, pos, _unchanged = texts(data, pos)
-    return dict(zip(columns, values)), pos
+    return dict(zip(columns, values, strict=False)), pos
 
 
 def texts(data: bytes, pos: int) -> tuple[list, int, bool]:

@@ -74,7 +74,7 @@ class ChangeRows:
         if layout is None:
             layout = self._layout(op, columns, types)
         targets, missing = layout
-        for buf, value in zip(targets, values):
+        for buf, value in zip(targets, values, strict=True):
             buf.append(value)
         for buf in missing:
             buf.append(None)

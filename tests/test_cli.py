@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from connectql.connectors.docs import markdown
+from connectql import docsite
 from tests.helpers import interrupt, read_parquet_rows, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,8 +50,10 @@ def run_in_background(tmp_path, home, sql: str) -> subprocess.Popen:
     )
 
 
-def test_readme_option_tables_match_the_declarations():
-    assert markdown() in (ROOT / "README.md").read_text()
+def test_the_generated_docs_match_the_declarations_parser_and_api():
+    """Option tables, the connector list, the CLI and API references and the site's home are
+    generated (`python -m connectql.docsite`): none is stale."""
+    assert docsite.stale(ROOT / "docs") == []
 
 
 def test_readme_starts_with_the_two_commands_ci_runs():
@@ -103,8 +105,22 @@ def test_show_plugins_prints_a_table(tmp_path):
 
 
 @pytest.mark.spark
+def cells(line: str) -> list[str]:
+    """A printed table row's cells (rich's box characters), [] for other lines."""
+    return [c.strip() for c in line.strip().strip("│┃").split("│")] if "│" in line else []
+
+
+def tour_rows() -> list[tuple[str, ...]]:
+    """The table rows the README's 30-second tour says the quickstart prints."""
+    readme = (ROOT / "README.md").read_text()
+    tour = readme.split("## A 30-second tour", 1)[1].split("```text\n", 1)[1].split("```")[0]
+    return [tuple(cells(line)) for line in tour.splitlines() if cells(line)]
+
+
 def test_quickstart_runs_to_the_end_and_ctrl_c_keeps_offsets(tmp_path):
-    r = connectql("run", str(ROOT / "examples/quickstart.sql"), home=tmp_path / "h", cwd=tmp_path)
+    r = r_first = connectql(
+        "run", str(ROOT / "examples/quickstart.sql"), home=tmp_path / "h", cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr
     assert "FINISHED" in r.stdout and "paid" in r.stdout
     assert "WARNING" not in r.stdout + r.stderr  # the JVM's warnings stay in the home
@@ -116,6 +132,9 @@ def test_quickstart_runs_to_the_end_and_ctrl_c_keeps_offsets(tmp_path):
     assert 0 < status["big_orders"]["rows_written"] < 50000  # only paid orders over 500
     assert {row["state"] for row in status.values()} == {"FINISHED"}
     assert {row["rows_per_sec"] for row in status.values()} == {0}  # nothing runs
+    printed = {tuple(cells(line)) for line in r_first.stdout.splitlines() if cells(line)}
+    for row in tour_rows():  # the README's tour shows what the quickstart prints
+        assert row in printed, (row, r_first.stdout)
 
     home = tmp_path / "h2"
     proc = run_in_background(tmp_path, home, LIVE.replace("200", "400"))

@@ -689,10 +689,10 @@ def test_every_option_has_a_test_that_observes_it():
         assert name in tests[file], f"AUDIT names {named}, which does not exist"
 
 
-def test_the_readme_lists_every_worker_setting():
+def test_the_sql_reference_lists_every_worker_setting():
     from connectql.worker.settings import WORKER_SETTINGS
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs/sql.md").read_text()
     for key, option in WORKER_SETTINGS.items():
         default = "" if option.default is None else f"`{option.default}`"
         assert f"| `{key}` | {option.describe_type()} | {default} |" in readme, key

@@ -28,6 +28,8 @@ from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# the files whose getting-started blocks run, in this order (one terminal through all of them)
+DOCS = [README, ROOT / "docs/connectors/postgres.md", ROOT / "docs/connectors/mysql.md"]
 MARK = re.compile(r"<!-- readme-test: (\S+)(?: (.*?))? -->")
 KINDS = ("run", "until-stopped", "while-running", "same-as", "skip")
 EXPECT = {"try": r"paid\s*\|\s*99\b"}  # what a while-running block's output must show
@@ -46,7 +48,8 @@ def blocks(readme: str = "") -> list[Block]:
     """The README's shell and SQL blocks inside `readme-test:begin`/`end` regions, in order,
     each with its mark (None when it has none) and the section heading above it."""
     out, mark, section, inside, fence = [], None, "", False, None
-    for line in (readme or README.read_text()).splitlines():
+    text = readme or "\n".join(d.read_text() for d in DOCS)
+    for line in text.splitlines():
         if fence is not None:
             if line.startswith("```"):
                 if inside:

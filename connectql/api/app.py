@@ -31,6 +31,11 @@ DESCRIPTION = (
 def build(routes: Routes, token: str | None):
     """The ASGI application: the web console beside the token and body guard around the FastAPI
     app."""
+    return Console(Guard(api(routes), token))
+
+
+def api(routes) -> FastAPI:
+    """The FastAPI app of `routes` (its OpenAPI document: api(...).openapi())."""
     app = FastAPI(title="connectql", version="1", description=DESCRIPTION, redirect_slashes=False)
     latency = Histogram(
         "connectql_http_request_duration_seconds",
@@ -52,7 +57,7 @@ def build(routes: Routes, token: str | None):
     )
     app.add_exception_handler(HTTPException, not_routed)
     app.add_exception_handler(ApiError, lambda request, e: error_answer(e))
-    return Console(Guard(app, token))
+    return app
 
 
 def _add(app: FastAPI, routes: Routes, method: str, path: str, handler: str, latency) -> None:

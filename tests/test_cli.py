@@ -117,6 +117,22 @@ def tour_rows() -> list[tuple[str, ...]]:
     return [tuple(cells(line)) for line in tour.splitlines() if cells(line)]
 
 
+def test_the_examples_meet_no_other_so_each_runs_after_any_other():
+    """In one home (./.connectql by default) an example's connectors and the streams its
+    sources write are its own, and its sinks read only its own streams."""
+    from connectql.grammar import parser
+
+    owner: dict[str, str] = {}
+    for path in sorted((ROOT / "examples").glob("*.sql")):
+        statements = parser.parse_script(path.read_text())
+        made = [s for s in statements if type(s).__name__.startswith("Create")]
+        written = {s.stream for s in made if type(s).__name__ == "CreateSourceConnector"}
+        for name in [s.name for s in made if hasattr(s, "stream")] + sorted(written):
+            assert owner.setdefault(name, path.name) == path.name, (name, owner[name], path.name)
+        for sink in [s for s in made if type(s).__name__ == "CreateSinkConnector"]:
+            assert sink.stream in written, f"{path.name}: {sink.name} reads another's stream"
+
+
 def test_quickstart_runs_to_the_end_and_ctrl_c_keeps_offsets(tmp_path):
     r = r_first = connectql(
         "run", str(ROOT / "examples/quickstart.sql"), home=tmp_path / "h", cwd=tmp_path

@@ -64,9 +64,10 @@ def test_the_quickstart_runs_on_the_cluster_executors(spark_cluster, tmp_path):
     status = {row["name"]: row for row in json.loads(r.stdout)}
     assert {row["state"] for row in status.values()} == {"FINISHED"}, status
     assert status["orders_gen"]["rows_written"] == 100000
-    assert read_parquet_rows(home / "streams/orders") == [(100000, 100000)]
+    assert read_parquet_rows(home / "streams/demo_orders") == [(100000, 100000)]
     paid = read_parquet_rows(
-        home / "streams/orders", "SELECT count(*) FROM t WHERE status = 'paid' AND amount > 500"
+        home / "streams/demo_orders",
+        "SELECT count(*) FROM t WHERE status = 'paid' AND amount > 500",
     )[0][0]
     out = tmp_path / ".connectql/out/big_orders"  # the script's relative path, from its cwd
     assert read_parquet_rows(out) == [(paid, paid)]

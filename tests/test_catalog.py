@@ -181,11 +181,17 @@ def test_progress_updates_totals_metrics_and_offsets(cat):
     assert cat.query(counts)[1] == [(16, 4, 0)]
     assert cat.query("SELECT count(*) FROM connector_metrics")[1] == [(2,)]
     assert cat.query("SELECT committed_offset FROM connector_offsets")[1] == [('{"seq":20}',)]
+    # batch 2's empty progress (a trigger without data, then a stop), then batch 2 for real
+    empty = {**row, "batch_id": 2, "input_rows": 0, "written_rows": 0, "filtered_rows": 0}
+    cat.record_progress("c1", empty)
+    cat.record_progress("c1", {**row, "batch_id": 2})
+    batches = "SELECT batch_id, input_rows FROM connector_metrics ORDER BY batch_id"
+    assert cat.query(batches)[1] == [(0, 10), (1, 10), (2, 10)]
     rate = "SELECT rows_per_sec FROM connectors"
     assert cat.query(rate)[1] == [(0,)]  # CREATED: no query runs, whatever a late batch says
     cat.set_state("c1", "STARTING", "t")
     cat.set_state("c1", "RUNNING", "t")
-    cat.record_progress("c1", {**row, "batch_id": 2})
+    cat.record_progress("c1", {**row, "batch_id": 3})
     assert cat.query(rate)[1] == [(2.0,)]
     cat.set_state("c1", "PAUSED", "t")
     assert cat.query(rate)[1] == [(0,)]  # not the last batch's stale rate

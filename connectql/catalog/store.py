@@ -464,6 +464,13 @@ class Catalog:
         """One micro-batch's progress: a metrics row, running totals and the offsets."""
         counts = [p["input_rows"], p["written_rows"], p["filtered_rows"], p["dead_lettered_rows"]]
         with self._figures():
+            # one row a batch: a batch that runs again (after a restart; or after the empty
+            # progress Spark reports for a trigger without data, under the next batch's id)
+            # replaces its earlier row
+            self.con.execute(
+                "DELETE FROM connector_metrics WHERE connector = ? AND batch_id = ?",
+                [name, p["batch_id"]],
+            )
             self.con.execute(
                 "INSERT INTO connector_metrics (connector, batch_id, started_at, duration_ms,"
                 " input_rows, input_rows_per_sec, processed_rows_per_sec, written_rows,"

@@ -1,4 +1,5 @@
-"""The nats connector against the machine's NATS server with JetStream (127.0.0.1:4222): the
+"""The nats connector against the machine's NATS server with JetStream (127.0.0.1:4222), and a
+private one stopped and started again mid-copy (both connectors retried, every message once): the
 source reads each message of a subject once across stops and a replayed batch, with the message
 columns; the idempotent sink publishes each row once across a replay, also one its progress
 bucket missed (the server drops the repeated message ids); SQL through a worker (an inferred
@@ -300,3 +301,91 @@ def test_nats_to_redis_in_a_killed_worker_delivers_every_message_once(
     ids = [json.loads(f["value"])["id"] for _id, f in entries(out)]
     assert Counter(ids) == Counter(range(KILL_TOTAL))
     assert {f["origin"] for _id, f in entries(out)[:10]} == {subject}  # headers as fields
+
+
+class PrivateNats:
+    """A nats-server with JetStream on a free port, its store in `store`: stopped and started
+    again on the same port and store, its streams and messages come back."""
+
+    def __init__(self, store):
+        self.port, self.store, self.proc = free_port(), store, None
+        self.url = f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["nats-server", "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_until(lambda: _quietly(lambda: self.call(lambda js: js.account_info())), 30)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+    def call(self, body):
+        async def go():
+            nc = await nats.connect(self.url, max_reconnect_attempts=0)
+            try:
+                return await body(nc.jetstream())
+            finally:
+                await nc.close()
+
+        return asyncio.run(go())
+
+
+def test_a_nats_server_that_goes_away_is_retried_and_both_connectors_resume(worker, tmp_path):
+    server = PrivateNats(tmp_path / "js")
+    server.start()
+    try:
+        server.call(lambda js: js.add_stream(name="OUT", subjects=["out.>"]))
+        publish_to = lambda ids: server.call(  # noqa: E731
+            lambda js: asyncio.gather(*(js.publish("out.in", json.dumps({"id": i}).encode())
+                                         for i in ids))
+        )  # fmt: skip
+        publish_to(range(100))
+        retry = "'errors.retry.backoff.ms' = 300, 'errors.retry.max' = 50"
+        run(
+            worker,
+            f"""
+            CREATE SOURCE CONNECTOR nin FROM nats INTO nmsgs WITH (url = '{server.url}',
+              subject = 'out.in', schema = 'id BIGINT', 'poll.interval.ms' = 50, {retry});
+            CREATE SINK CONNECTOR nout TO nats FROM nmsgs WITH (url = '{server.url}',
+              subject = 'out.copy', {retry});
+            """,
+        )
+
+        def copied() -> list[int]:
+            async def ids(js):
+                sub = await js.pull_subscribe("out.copy", durable=None)
+                try:
+                    pending = (await sub.consumer_info()).num_pending
+                    got = []
+                    while len(got) < pending:
+                        got += await sub.fetch(pending - len(got), timeout=5)
+                    return sorted(json.loads(m.data)["id"] for m in got)
+                finally:
+                    await sub.unsubscribe()
+
+            return server.call(ids)
+
+        wait_until(lambda: copied() == list(range(100)), 120, what="the first copy")
+        server.stop()
+        events = "SELECT connector, to_state, reason FROM connector_events ORDER BY time"
+        wait_until(
+            lambda: state(worker, "nin") == "RESTARTING", 60, what="nin RESTARTING",
+            diagnose=lambda: worker.catalog.query(events)[1][-6:],
+        )  # fmt: skip
+        error = worker.catalog.get_connector("nin").last_error
+        assert f"127.0.0.1:{server.port}" in error, error
+        server.start()  # the same store: the stream and its messages are back
+        publish_to(range(100, 150))
+        wait_until(lambda: copied() == list(range(150)), 180, what="every message once after")
+        for name in ("nin", "nout"):
+            wait_until(lambda n=name: state(worker, n) == "RUNNING", 60, what=f"{name} RUNNING")
+    finally:
+        if server.proc.poll() is None:
+            server.stop()
+
+
+def state(worker, name: str) -> str:
+    return worker.catalog.get_connector(name).state

@@ -20,12 +20,22 @@ CONNECTION = (
     Option("password", secret=True, doc="the password (a secret: never shown)"),
 )
 CONNECT_S = 10.0
+CALL_S = 60.0  # a call not done by then has lost its server (a dead connection can leave
+# nats-py awaiting a reply forever): it gives up, Retryable
+CLOSE_S = 5.0
 
 
 def call(options: dict[str, Any], what: str, body: Callable[[Any], Awaitable[T]]) -> T:
-    """`body(nc)` on a connection to the server the options name; `what` names the caller in
-    errors."""
-    return asyncio.run(_with_connection(options, what, body))
+    """`body(nc)` on a connection to the server the options name, within CALL_S; `what` names
+    the caller in errors."""
+    return asyncio.run(_bounded(options, what, body))
+
+
+async def _bounded(options, what, body):
+    try:
+        return await asyncio.wait_for(_with_connection(options, what, body), CALL_S)
+    except asyncio.TimeoutError:
+        raise Retryable(f"{what}: {where(options)} did not answer within {CALL_S:.0f} s") from None
 
 
 async def _with_connection(options, what, body):
@@ -39,8 +49,12 @@ async def _with_connection(options, what, body):
             user=options.get("user") or None,
             password=options.get("password") or None,
             connect_timeout=CONNECT_S,
-            max_reconnect_attempts=0,
+            # nats-py >= 2.10 tries a refused server forever with 0 attempts: one, then
+            # NoServersError; its own errors are ours to raise, not to print
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.2,
             allow_reconnect=False,
+            error_cb=_quiet,
         )
     except (NoServersError, OSError, TimeoutError, asyncio.TimeoutError) as e:
         raise Retryable(f"{what}: cannot reach {where(options)}: {e or type(e).__name__}") from None
@@ -49,7 +63,14 @@ async def _with_connection(options, what, body):
     except (ConnectionClosedError, TimeoutError, asyncio.TimeoutError) as e:
         raise Retryable(f"{what}: {where(options)}: {e or type(e).__name__}") from None
     finally:
-        await nc.close()
+        try:
+            await asyncio.wait_for(nc.close(), CLOSE_S)
+        except (asyncio.TimeoutError, ConnectionClosedError):
+            pass
+
+
+async def _quiet(_error) -> None:
+    pass
 
 
 def where(options: dict[str, Any]) -> str:

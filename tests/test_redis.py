@@ -7,6 +7,7 @@ nothing."""
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from collections import Counter
 
@@ -20,6 +21,7 @@ from connectql.errors import ConnectQLError, ValidationError
 from connectql.toolkit.testing import SinkRun, SourceRun
 from tests.crash import killed_once, resumed_until
 from tests.helpers import read_parquet_rows, run, wait_until
+from tests.servers import free_port
 
 pytestmark = pytest.mark.spark
 
@@ -236,3 +238,66 @@ def test_a_killed_worker_copies_every_entry_once(tmp_path, keys):
     assert Counter(ids) == Counter(range(KILL_TOTAL))  # none lost, none twice
     stream = read_parquet_rows(home / "streams/msgs", "SELECT count(*), count(DISTINCT id) FROM t")
     assert stream == [(KILL_TOTAL, KILL_TOTAL)]
+
+
+def test_a_redis_server_that_goes_away_is_retried_and_both_connectors_resume(worker, tmp_path):
+    """A private redis-server (append-only file in tmp_path) stopped mid-copy: the source shows
+    RESTARTING naming it; started again on the same port and file, both connectors resume and
+    every entry arrives once (the sink's progress hash came back with the data)."""
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path)]  # fmt: skip
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: _answers(url), 30, what="the private redis-server")
+        return proc
+
+    proc = start()
+    try:
+        client = redis.Redis.from_url(url)
+        for i in range(100):
+            client.xadd("rin", {"value": json.dumps({"id": i})})
+        retry = "'errors.retry.backoff.ms' = 300, 'errors.retry.max' = 50"
+        run(
+            worker,
+            f"""
+            CREATE SOURCE CONNECTOR rin FROM redis INTO rmsgs WITH (url = '{url}', key = 'rin',
+              schema = 'id BIGINT', 'poll.interval.ms' = 50, {retry});
+            CREATE SINK CONNECTOR rout TO redis FROM rmsgs WITH (url = '{url}', key = 'rout',
+              {retry});
+            """,
+        )
+
+        def copied() -> list[int]:
+            found = redis.Redis.from_url(url).xrange("rout")
+            return sorted(json.loads(fields[b"value"])["id"] for _id, fields in found)
+
+        wait_until(lambda: copied() == list(range(100)), 120, what="the first copy")
+        proc.terminate()
+        proc.wait(timeout=30)
+        wait_until(lambda: _state(worker, "rin") == "RESTARTING", 60, what="rin RESTARTING")
+        error = worker.catalog.get_connector("rin").last_error
+        assert f"127.0.0.1:{port}" in error, error
+        proc = start()  # the same append-only file: the streams and the progress are back
+        client = redis.Redis.from_url(url)
+        for i in range(100, 150):
+            client.xadd("rin", {"value": json.dumps({"id": i})})
+        wait_until(lambda: copied() == list(range(150)), 180, what="every entry once after")
+        for name in ("rin", "rout"):
+            wait_until(lambda n=name: _state(worker, n) == "RUNNING", 60, what=f"{name} RUNNING")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _state(worker, name: str) -> str:
+    return worker.catalog.get_connector(name).state

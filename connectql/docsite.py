@@ -44,6 +44,11 @@ def region(key: str) -> str:
     return "\n".join(parts)
 
 
+def filled(text: str) -> str:
+    """`text` with each generated region's current content."""
+    return REGION.sub(lambda m: f"{m.group(1)}\n{region(m.group(2))}\n{m.group(3)}", text)
+
+
 def connector_list(prefix: str) -> str:
     from connectql.connectors import registry
     from connectql.connectors.docs import cell
@@ -61,7 +66,7 @@ def index_page(readme: str) -> str:
     text = re.sub(r"<!-- readme-test[^>]*-->\n", "", readme)
     text = text.replace("](docs/", "](").replace("](bench/README.md)", "](benchmarks.md)")
     text = text.replace("connectors:docs/connectors -->", "connectors:connectors -->")
-    text = REGION.sub(lambda m: f"{m.group(1)}\n{region(m.group(2))}\n{m.group(3)}", text)
+    text = filled(text)
     return text.replace(
         "The docs site in [docs/](index.md) (MkDocs;", "This site, built from\n`docs/` (MkDocs;"
     )
@@ -140,7 +145,7 @@ def render(root: Path) -> dict[Path, str]:
     out = {}
     for page in [*sorted(root.rglob("*.md")), root.parent / "README.md"]:
         text = page.read_text()
-        new = REGION.sub(lambda m: f"{m.group(1)}\n{region(m.group(2))}\n{m.group(3)}", text)
+        new = filled(text)
         if new != text:
             out[page] = new
     out[root / "index.md"] = index_page((root.parent / "README.md").read_text())

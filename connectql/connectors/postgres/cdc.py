@@ -230,13 +230,19 @@ def peek(conn, slot: str, upto: int | None, limit: int | None) -> Iterator[tuple
     """(LSN, decoded message) of the slot's changes up to LSN `upto` (inclusive), without
     consuming them."""
     decoder = Decoder(type_names(conn))
+    for lsn, data in peek_messages(conn, slot, upto, limit):
+        yield lsn, decoder.feed(data)
+
+
+def peek_messages(conn, slot: str, upto: int | None, limit: int | None) -> list[tuple[int, bytes]]:
+    """(LSN, pgoutput message) of the slot's changes up to LSN `upto` (inclusive), without
+    consuming them."""
     rows = conn.execute(
         "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes"
         "(%s, %s::pg_lsn, %s, 'proto_version', '1', 'publication_names', %s)",
         (slot, None if upto is None else lsn_text(upto + 1), limit, publications(conn, slot)),
     ).fetchall()
-    for lsn, data in rows:
-        yield lsn_int(lsn), decoder.feed(bytes(data))
+    return [(lsn_int(lsn), bytes(data)) for lsn, data in rows]
 
 
 def type_names(conn):
@@ -284,21 +290,14 @@ def transactions(conn, slot: str, lsn_from: int, lsn_to: int) -> Iterator[tuple]
     """(commit LSN, ts_ms, xid, [pgoutput message]) of the transactions committed in
     (lsn_from, lsn_to], peeked from the slot over SQL: each transaction's Relation and change
     messages, as change_batches takes them."""
-    rows = conn.execute(
-        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes"
-        "(%s, %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s)",
-        (slot, lsn_text(lsn_to + 1), publications(conn, slot)),
-    ).fetchall()
     frame = Decoder(lambda oid, typmod: "")  # Begin and Commit only
     pending: list[bytes] = []
     xid = 0
-    for lsn, data in rows:
-        data = bytes(data)
+    for commit, data in peek_messages(conn, slot, lsn_to, None):
         kind = data[:1]
         if kind == b"B":
             pending, xid = [], frame.feed(data).xid
         elif kind == b"C":
-            commit = lsn_int(lsn)
             if lsn_from < commit <= lsn_to:
                 yield commit, frame.feed(data).ts_ms, xid, pending
             pending = []

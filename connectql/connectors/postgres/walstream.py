@@ -4,9 +4,9 @@ psycopg 3 has no replication protocol) and spools each transaction of the captur
 the pgoutput messages the server sent (and the Relation messages they need), to files in a
 directory beside the checkpoint, each holding the transactions of up to GROUP_S (or
 GROUP_MESSAGES messages, or until the stream pauses) and named by the last one's commit LSN:
-the tailer only frames and counts them, a batch's reader decodes them, once. latestOffset looks batches up in the spool, read() (in other
-processes) reads a range of its files, and commit sends the committed LSN as the slot's flush
-position and deletes the files up to it. The slot never passes what the checkpoint committed, so
+the tailer only frames and counts them, a batch's reader decodes them, once. latestOffset looks
+batches up in the spool, read() (in other processes) reads a range of its files, and commit
+sends the committed LSN as the slot's flush position and deletes the files up to it. The slot never passes what the checkpoint committed, so
 after a restart the tailer spools again from there and a replayed batch reads the same
 transactions."""
 

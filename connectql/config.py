@@ -155,24 +155,49 @@ _COERCE = {
 
 def validate(specs: dict[str, Option], given: dict[str, Any], where: str) -> dict[str, Any]:
     """Check `given` against `specs`: unknown keys (with a suggestion), missing required options
-    (with their doc) and types. Returns the options with defaults filled in and values coerced."""
+    (with their doc) and types. Returns the options with defaults filled in and values coerced
+    (and the keys given of a family, e.g. kafka.acks of 'kafka.*', as strings)."""
     problems = option_errors(specs, given)
     if problems:
         raise ValidationError(f"{where}: {next(iter(problems.values()))[0]}")
     lowered = {k.lower(): v for k, v in given.items()}
-    return {
+    declared = {
         name: coerce(spec, lowered[name], where) if name in lowered else spec.default
         for name, spec in specs.items()
-        if name in lowered or spec.default is not None
+        if not is_family(name) and (name in lowered or spec.default is not None)
     }
+    members = {k: coerce(family_of(specs, k), v, where) for k, v in given.items()
+               if k.lower() not in specs and family_of(specs, k)}  # fmt: skip
+    return {**declared, **members}
+
+
+def is_family(name: str) -> bool:
+    """An option name ending in '.*' declares a family: any key with that prefix, passed on as
+    given (a client's own settings, e.g. 'kafka.*': kafka.security.protocol, ...)."""
+    return name.endswith(".*")
+
+
+def family_of(specs: dict[str, Option], key: str) -> Option | None:
+    """The family option a key belongs to (its case kept: a client's settings are its own)."""
+    return next(
+        (
+            o
+            for n, o in specs.items()
+            if is_family(n) and key.startswith(n[:-1]) and len(key) > len(n) - 1
+        ),
+        None,
+    )
 
 
 def option_errors(specs: dict[str, Option], given: dict[str, Any]) -> dict[str, list[str]]:
     """Every problem with `given`, by option name: unknown keys first (in the order given), then
     wrong types and missing required options (in declaration order). Empty when all is well."""
     lowered = {k.lower(): v for k, v in given.items()}
+    known = {k.lower() for k in given if family_of(specs, k)}
     problems = {
-        key: [f"unknown option '{key}'{suggest(key, specs)}"] for key in lowered if key not in specs
+        key: [f"unknown option '{key}'{suggest(key, specs)}"]
+        for key in lowered
+        if key not in specs and key not in known
     }
     for name, spec in specs.items():
         if name in lowered:

@@ -616,6 +616,42 @@ AUDIT |= {
     "rabbitmq sink format": _RABBIT_SINK,
     "rabbitmq sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
 }
+_KAFKA = "test_kafka.py::"
+_KAFKA_READ = _KAFKA + "test_a_source_reads_each_record_once_across_stops_and_a_replay"
+_KAFKA_SQL = _KAFKA + "test_kafka_to_kafka_through_sql_with_dead_letters"
+_KAFKA_SINK = _KAFKA + "test_the_sink_writes_each_row_once_across_a_replay"
+_KAFKA_ROUTES = (
+    _KAFKA + "test_a_sink_routes_rows_by_a_column_with_its_batches_marked_in_a_topic_of_their_own"
+)
+_KAFKA_GROUP = _KAFKA + "test_a_source_commits_its_positions_to_a_consumer_group_when_asked"
+_KAFKA_SETTINGS = _KAFKA + "test_kafka_settings_reach_the_client"
+AUDIT |= {
+    "kafka source bootstrap.servers": _KAFKA_READ,
+    "kafka source kafka.*": _KAFKA_SETTINGS,
+    "kafka source topic": _KAFKA_READ,
+    "kafka source topic.pattern": _KAFKA
+    + "test_a_pattern_source_picks_up_a_topic_created_while_running",
+    "kafka source starting.offsets": _KAFKA
+    + "test_a_source_starting_at_latest_reads_only_later_records",
+    "kafka source format": _KAFKA + "test_a_source_starting_at_latest_reads_only_later_records",
+    "kafka source schema": _KAFKA_READ,
+    "kafka source commit.offsets": _KAFKA_GROUP,
+    "kafka source group.id": _KAFKA_GROUP,
+    "kafka source poll.interval.ms": _KAFKA_SQL,
+    "kafka source batch.max.records": _KAFKA_READ,
+    "kafka sink bootstrap.servers": _KAFKA_SINK,
+    "kafka sink kafka.*": _KAFKA_SETTINGS,
+    "kafka sink topic": _KAFKA_SINK,
+    "kafka sink topic.column": _KAFKA_ROUTES,
+    "kafka sink key": _KAFKA_SINK,
+    "kafka sink format": _KAFKA_SETTINGS,
+    "kafka sink delivery": _KAFKA_SINK,
+    "kafka sink auto.create": _KAFKA_SQL,
+    "kafka sink topic.partitions": _KAFKA_SINK,
+    "kafka sink topic.replication": _KAFKA_SETTINGS,
+    "kafka sink marker.topic": _KAFKA_ROUTES,
+    "kafka sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
+}
 _RETENTION = "test_retention.py::"
 AUDIT |= {
     "SET stream.retention": _RETENTION + "test_worker_defaults_apply_to_streams_that_set_none",

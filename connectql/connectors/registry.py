@@ -30,6 +30,7 @@ BUILTINS: tuple[str, ...] = (
     "connectql.connectors.nats:CONNECTOR",
     "connectql.connectors.mqtt:CONNECTOR",
     "connectql.connectors.rabbitmq:CONNECTOR",
+    "connectql.connectors.kafka:CONNECTOR",
 )
 
 

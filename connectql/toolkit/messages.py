@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from connectql.config import Option
-from connectql.errors import ValidationError
+from connectql.errors import PlanError, ValidationError
 from connectql.toolkit.ddl import arrow_schema, spark_ddl, spark_types
 from connectql.toolkit.source import RAW_BASE64, raw_text
 
@@ -143,6 +143,28 @@ class ValueFormat:
         if self.name == "json" and self.schema is None:
             return None
         return f"{spark_ddl(self.value_schema())}, {MESSAGE_DDL}"
+
+    def reading(self, stream: pa.Schema | None) -> ValueFormat:
+        """The format a source's `read` decodes with: json takes its fields from the stream's
+        schema as it stands (`stream_schemas`, which may have gained fields since CREATE)."""
+        if stream is None or self.name != "json":
+            return self
+        return ValueFormat(
+            self.name, pa.schema([f for f in stream if f.name not in MESSAGE_COLUMNS])
+        )
+
+    def row_ddl_of(self, sample: Sequence[bytes | None], where: str, found: str) -> str:
+        """The source's row DDL: given, or a json schema inferred from `sample` (`found` says
+        what was sampled, for the error)."""
+        if (given := self.row_ddl()) is not None:
+            return given
+        try:
+            return f"{infer_ddl(sample)}, {MESSAGE_DDL}"
+        except (ValueError, pa.ArrowInvalid) as e:
+            raise PlanError(
+                f"{where}: cannot infer the schema from {found} ({str(e).splitlines()[0]});"
+                " give it with schema = '...'"
+            ) from None
 
     def check_rows(self, schema: pa.Schema, where: str) -> None:
         """A sink's check that its stream has what the format writes."""

@@ -9,23 +9,17 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
-
 from connectql.config import Option
 from connectql.connectors.nats.client import CONNECTION, call, where
-from connectql.errors import PlanError
 from connectql.toolkit import DeadLetter, Source, ValidationError
 from connectql.toolkit.messages import (
     HEADERS,
     INFER_MESSAGES,
-    MESSAGE_COLUMNS,
-    MESSAGE_DDL,
     POSITION,
     TIMESTAMP,
     TOPIC,
     ValueFormat,
     format_options,
-    infer_ddl,
     with_messages,
 )
 
@@ -94,17 +88,14 @@ class NatsSource(Source):
         self._call(self._stream_of)  # found, or the error names the subject
 
     def schema(self) -> str:
-        if (given := self.format.row_ddl()) is not None:
-            return given
-        first = self._state()[0] - 1
-        sample = [m.data for m in self._call(self._fetch, first, None, INFER_MESSAGES)]
-        try:
-            return f"{infer_ddl(sample)}, {MESSAGE_DDL}"
-        except (ValueError, pa.ArrowInvalid) as e:
-            raise PlanError(
-                f"nats source: cannot infer the schema from {len(sample)} messages of"
-                f" '{self.subject}' ({str(e).splitlines()[0]}); give it with schema = '...'"
-            ) from None
+        if self.format.row_ddl() is None:
+            first = self._state()[0] - 1
+            sample = [m.data for m in self._call(self._fetch, first, None, INFER_MESSAGES)]
+        else:
+            sample = []
+        return self.format.row_ddl_of(
+            sample, "nats source", f"{len(sample)} messages of '{self.subject}'"
+        )
 
     # ----------------------------------------------------------------- offsets (driver)
     def initial_offset(self) -> dict:
@@ -140,7 +131,7 @@ class NatsSource(Source):
     # ----------------------------------------------------------------- reading (executor)
     def read(self, partition: dict) -> Iterator[Any]:
         after, to = partition["after"], partition["to"]
-        fmt = ValueFormat(self.format.name, self._value_schema())
+        fmt = self.format.reading(self.stream_schemas.get(None))
         while after < to:
             page = self._call(self._fetch, after, to, PAGE)
             if not page:
@@ -179,12 +170,6 @@ class NatsSource(Source):
         finally:
             await sub.unsubscribe()
             await nc.jsm().delete_consumer(info.stream_name, info.name)
-
-    def _value_schema(self) -> pa.Schema | None:
-        stream = self.stream_schemas.get(None)
-        if stream is None or self.format.name != "json":
-            return self.format.schema
-        return pa.schema([f for f in stream if f.name not in MESSAGE_COLUMNS])
 
     def _rows(self, page: list, fmt: ValueFormat) -> Iterator[Any]:
         batch, bad = fmt.decode([m.data for m in page])

@@ -9,22 +9,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
-
 from connectql.connectors.redis.options import SOURCE_OPTIONS, Connected, keys_of
-from connectql.errors import PlanError
 from connectql.toolkit import DeadLetter, Retryable, Source, ValidationError
 from connectql.toolkit.messages import (
     HEADERS,
     INFER_MESSAGES,
     KEY,
-    MESSAGE_COLUMNS,
-    MESSAGE_DDL,
     POSITION,
     TIMESTAMP,
     TOPIC,
     ValueFormat,
-    infer_ddl,
     text_of,
     with_messages,
 )
@@ -55,17 +49,9 @@ class RedisSource(Connected, Source):
                 raise ValidationError(f"redis source: key '{key}' holds a {kind}, not a stream")
 
     def schema(self) -> str:
-        if (given := self.format.row_ddl()) is not None:
-            return given
-        sample = [v for v in self._sample() if v]
-        try:
-            return f"{infer_ddl(sample)}, {MESSAGE_DDL}"
-        except (ValueError, pa.ArrowInvalid) as e:
-            found = f"{len(sample)} messages in {', '.join(self.keys)}"
-            raise PlanError(
-                f"redis source: cannot infer the schema from {found} ({str(e).splitlines()[0]});"
-                " give it with schema = '...'"
-            ) from None
+        sample = [v for v in self._sample() if v] if self.format.row_ddl() is None else []
+        found = f"{len(sample)} messages in {', '.join(self.keys)}"
+        return self.format.row_ddl_of(sample, "redis source", found)
 
     def _sample(self) -> list[bytes | None]:
         field = self.options["value.field"].encode()
@@ -142,19 +128,13 @@ class RedisSource(Connected, Source):
     # ----------------------------------------------------------------- reading (executor)
     def read(self, partition: dict) -> Iterator[Any]:
         key, after, to = partition["key"], partition["after"], partition["to"]
-        fmt = ValueFormat(self.format.name, self._value_schema())
+        fmt = self.format.reading(self.stream_schemas.get(None))
         while _newer(to, after):
             page = self._call(self.client.xrange, key, "(" + after, to, PAGE)
             if not page:
                 return
             yield from self._rows(key, page, fmt)
             after = page[-1][0].decode()
-
-    def _value_schema(self) -> pa.Schema | None:
-        stream = self.stream_schemas.get(None)
-        if stream is None or self.format.name != "json":
-            return self.format.schema
-        return pa.schema([f for f in stream if f.name not in MESSAGE_COLUMNS])
 
     def _rows(self, key: str, page: list, fmt: ValueFormat) -> Iterator[Any]:
         value_field = self.options["value.field"].encode()

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import Counter
 
+import psycopg
 import pyarrow as pa
 import pytest
 
@@ -22,8 +24,10 @@ from connectql.connectors.kafka.sink import KafkaSink
 from connectql.connectors.kafka.source import KafkaSource
 from connectql.errors import ConnectQLError
 from connectql.toolkit.testing import SinkRun, SourceRun
+from tests.crash import killed_once, resumed_until
 from tests.helpers import read_parquet_rows, run, wait_until
 from tests.kafkaserver import Tansu
+from tests.pgserver import create_database, pg_sql
 from tests.servers import free_port
 
 pytestmark = pytest.mark.spark
@@ -227,3 +231,55 @@ def test_kafka_settings_reach_the_client(spark, broker, tmp_path):
     run.add([{"value": "x" * 5000}])
     with pytest.raises(Exception, match=f"kafka sink: {broker.servers}: .*(too large|size)"):
         run.to_end()
+
+
+KILL_TOTAL = 40_000
+KILL_SCRIPT = """
+CREATE SOURCE CONNECTOR IF NOT EXISTS kin FROM kafka INTO kmsgs WITH (
+  'bootstrap.servers' = '{servers}', topic = 'killed', schema = 'id BIGINT, name STRING',
+  'batch.max.records' = 2000);
+CREATE SINK CONNECTOR IF NOT EXISTS kpg TO postgres FROM kmsgs WITH ({conn},
+  table = 'copied');
+"""
+
+
+def test_kafka_to_postgres_in_a_killed_worker_delivers_every_record_once(
+    tmp_path, broker, pg_shared
+):
+    """A topic of 3 partitions -> stream -> PostgreSQL, the `connectql run` worker killed with
+    SIGKILL mid-copy and started again: every record once in the table."""
+    broker.create("killed", 3)
+    for part in range(3):
+        produce_json(broker, "killed", range(part, KILL_TOTAL, 3), part)
+    name = f"cq_{uuid.uuid4().hex[:8]}"
+    info = create_database(pg_shared.conninfo(), name)
+    s = pg_shared
+    conn = f"host = '{s.host}', port = {s.port}, user = '{s.user}', database = '{name}'"
+    home, logs = tmp_path / "home", tmp_path / "logs"
+    logs.mkdir()
+    script = tmp_path / "copy.sql"
+    script.write_text(KILL_SCRIPT.format(servers=broker.servers, conn=conn))
+
+    def copied() -> int:
+        try:
+            return pg_sql(info, "SELECT count(*) FROM copied")[0][0]
+        except psycopg.errors.UndefinedTable:
+            return 0
+
+    def some_copied():
+        n = copied()
+        assert n < KILL_TOTAL, "the copy finished before the kill: make it bigger"
+        return n >= 4000
+
+    try:
+        killed_once(home, script, logs, some_copied)
+        resumed_until(home, script, logs, lambda: copied() >= KILL_TOTAL, "every record")
+        assert pg_sql(info, "SELECT count(*), count(DISTINCT id), sum(id) FROM copied") == [
+            (KILL_TOTAL, KILL_TOTAL, KILL_TOTAL * (KILL_TOTAL - 1) // 2)
+        ]
+        # the message columns came too: the headers map as jsonb, the key and partition
+        row = pg_sql(info, "SELECT __headers, pg_typeof(__headers)::text, __key, __partition"
+                           " FROM copied WHERE id = 4")  # fmt: skip
+        assert row == [({"origin": "killed"}, "jsonb", "k4", 1)]
+    finally:
+        pg_sql(pg_shared.conninfo(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

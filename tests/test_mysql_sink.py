@@ -241,6 +241,44 @@ def test_every_spark_type_round_trips_by_value(worker, db, tmp_path):
     assert types["s"] == "longtext" and types["b"] == "tinyint(1)"
 
 
+NESTED_SCHEMA = (
+    "id BIGINT, m MAP<STRING, STRING>, st STRUCT<a: INT, b: STRING>, l ARRAY<STRUCT<x: INT>>"
+)
+
+
+def test_nested_columns_are_written_as_json(worker, db, tmp_path):
+    """A map, a struct and a list of structs (a broker source's headers, a json message's nested
+    fields) become JSON columns holding each value's JSON."""
+    rows = [
+        {
+            "id": 1,
+            "m": {"k": "v", "é": "ü"},
+            "st": {"a": 1, "b": "x"},
+            "l": [{"x": 1}, {"x": None}],
+        },
+        {"id": 2, "m": None, "st": None, "l": []},
+    ]
+    inbox = json_inbox(tmp_path, "nested", rows)
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR src FROM file INTO nested WITH (path = '{inbox}', format = json,
+          schema = '{NESTED_SCHEMA}', run = 'once');
+        CREATE SINK CONNECTOR dst TO mysql FROM nested WITH ({connection(db)}, table = 'nested',
+          run = 'once');
+        """,
+    )
+    worker.wait_for_once()
+    got = sql(db, "SELECT id, m, st, l FROM nested ORDER BY id")
+    assert [(i, *(json.loads(v) if v else v for v in r)) for i, *r in got] == [
+        (1, {"k": "v", "é": "ü"}, {"a": 1, "b": "x"}, [{"x": 1}, {"x": None}]),
+        (2, None, None, []),
+    ]
+    types = dict(sql(db, "SELECT column_name, data_type FROM information_schema.columns"
+                         " WHERE table_schema = %s AND table_name = 'nested'", (db,)))  # fmt: skip
+    assert {types[c] for c in "m st l".split()} <= {"json", "longtext"}  # MariaDB's JSON: longtext
+
+
 def test_upsert_applies_the_last_change_per_key_by_pos_and_deletes(worker, db, tmp_path):
     """Changes arrive out of __pos order in one batch: the newest per key wins; a key whose
     newest change is a delete is gone, also from a target that had it before; keys that differ

@@ -60,6 +60,21 @@ def parse(text: str | None) -> Declared | None:
 
 def field_ddl(field) -> str:
     """A StructField as Spark DDL, its comment (declared type) kept."""
-    text = f"`{field.name}` {field.dataType.simpleString().upper()}"
+    text = f"`{field.name}` {type_ddl(field.dataType)}"
     note = (field.metadata or {}).get(KEY)
     return text + (" COMMENT " + ddl_string(note) if note else "")
+
+
+def type_ddl(dtype) -> str:
+    """A Spark type as DDL, a struct's field names as they are (simpleString().upper() made
+    STRUCT<a: INT> read STRUCT<A: INT>, and a json reader then found no field A)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(dtype, StructType):
+        inner = ", ".join(f"`{f.name.replace('`', '``')}`: {type_ddl(f.dataType)}" for f in dtype)
+        return f"STRUCT<{inner}>"
+    if isinstance(dtype, ArrayType):
+        return f"ARRAY<{type_ddl(dtype.elementType)}>"
+    if isinstance(dtype, MapType):
+        return f"MAP<{type_ddl(dtype.keyType)}, {type_ddl(dtype.valueType)}>"
+    return dtype.simpleString().upper()

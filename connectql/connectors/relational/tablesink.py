@@ -1,7 +1,8 @@
 """TableSink: a database table as a toolkit Sink (PostgreSQL, MySQL). The exactly-once protocol
 is the dialect's Target (sink.py): a task stages its rows (or inserts them straight into the
 target), the driver's commit merges them and records the batch id in one transaction; this
-module gives it the toolkit's contract (options, rejected rows, several streams)."""
+module gives it the toolkit's contract (options, rejected rows, several streams) and writes
+nested columns as JSON (nested.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pyspark.sql.types import StructField, StructType
 
 from connectql.connectors.relational.bounds import check_bounds, endpoint
 from connectql.connectors.relational.lending import Lender
+from connectql.connectors.relational.nested import as_written, written
 from connectql.connectors.relational.sink import SinkSettings, Target, sink_mode, unread_columns
 from connectql.errors import PlanError
 from connectql.toolkit.sink import Sink
@@ -81,7 +83,7 @@ class TableSink(Sink):
 
     def _made(self, writer: str, schema: pa.Schema | None) -> Target:
         """The Target for `writer` of rows of `schema` (None: only asked its progress)."""
-        t = self.target(self.settings(writer), spark_struct(schema))
+        t = self.target(self.settings(writer), spark_struct(as_written(schema)))
         t.lender = self.lender
         return t
 
@@ -118,7 +120,7 @@ class TableSink(Sink):
     def stage_batches(self, writer: str, batch_id: int, task: int, rows: pa.RecordBatchReader):
         if self._target is None:  # a ride's task (runtime/riders.py) has a sink not opened
             self._target = self._made(writer, rows.schema)
-        return self._opened().write(batch_id, task, iter(rows))
+        return self._opened().write(batch_id, task, (written(b) for b in rows))
 
     def _opened(self) -> Target:
         if self._target is None:

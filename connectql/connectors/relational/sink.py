@@ -616,9 +616,10 @@ class Target:
         stale = [r[0] for r in rows if _stage_batch(r[0], prefix) <= batch_id]
         self.drop(conn, stale)
 
-    def union(self, stages: list[str]) -> str:
-        """The staged rows of the batch, less those left out (rejected in an earlier round)."""
-        listed = self.staged_select()
+    def union(self, stages: list[str], cast: bool = True) -> str:
+        """The staged rows of the batch, less those left out (rejected in an earlier round), as
+        the target takes them (`cast`) or as staged."""
+        listed = self.staged_select() if cast else "*"
         out = sorted(self.left_out)
         where = (
             f" WHERE {self.quote(SEQ_COLUMN)} NOT IN ({', '.join(map(str, out))})" if out else ""
@@ -642,7 +643,7 @@ class Target:
         except Exception as e:
             if not (self.s.tolerant and self.rejects(e)):
                 raise
-            rejected = self.isolate(conn, source)
+            rejected = self.isolate(conn, stages)
             if not rejected:  # every range went in on its own: the batch is written
                 return
             raise Rejected(
@@ -650,9 +651,12 @@ class Target:
                 {seq: raw for raw, seq, _err in rejected},
             ) from None
 
-    def isolate(self, conn, source: str) -> list[tuple[str, int, Exception]]:
-        """Number the batch's rows in change order, then write them range by range (isolate)."""
+    def isolate(self, conn, stages: list[str]) -> list[tuple[str, int, Exception]]:
+        """Number the batch's rows in change order, then write them range by range (isolate).
+        They are numbered as staged and cast range by range: a value the target's type
+        refuses (text that is no date) is one row's rejection, not the whole batch's."""
         order = ", ".join(self.quote(c) for c in change_order(self.names))
+        source = self.union(stages, cast=False)
         self.temp_table(
             conn,
             "cq_all",
@@ -666,7 +670,7 @@ class Target:
 
         def attempt(lo: int, hi: int) -> None:
             with self.savepoint(conn):
-                self.merge(conn, rows(lo, hi))
+                self.merge(conn, f"SELECT {self.staged_select()} FROM ({rows(lo, hi)}) r")
 
         return isolate(total, attempt, lambda n: self.row_json(conn, rows(n, n)), self.rejects)
 

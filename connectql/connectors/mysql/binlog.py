@@ -20,7 +20,7 @@ from functools import partial
 import pyarrow as pa
 import pymysql
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.constants import NONE_SOURCE
+from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.event import (
     HeartbeatLogEvent,
     MariadbGtidEvent,
@@ -48,6 +48,7 @@ from connectql.connectors.mysql.tables import columns_of
 from connectql.connectors.mysql.types import (
     BINARY_TYPES,
     FIXED_BYTES,
+    KEY_TEXT_TYPES,
     Column,
     binlog_column,
     binlog_value,
@@ -162,10 +163,14 @@ class RowCounts:
 
 class Walker:
     """Walks committed transactions from a boundary, decoding the captured tables' rows
-    (`columns`: each captured table's columns)."""
+    (`columns`: each captured table's columns; `texts`: the names of those each table's stream
+    carries as text, whose dates, a key's, are read raw: read_raw)."""
 
-    def __init__(self, cfg, columns: dict[str, list[Column]], reader: int):
+    def __init__(
+        self, cfg, columns: dict[str, list[Column]], reader: int, texts: dict | None = None
+    ):
         self.cfg, self.columns, self.reader = cfg, columns, reader
+        self.texts: dict[str, set[str]] = texts or {}
 
     def transactions(self, start: dict, conn=None, until=None, count=None) -> Iterator[Txn]:
         """Whole transactions from `start` to the log's end; with `until`, on as they are
@@ -241,10 +246,24 @@ class Walker:
                 col.enum_values = ["", *info.members]
             if info.data_type == "set" and not col.set_values:
                 col.set_values = info.members
+            if info.data_type in KEY_TEXT_TYPES and info.name in self.texts.get(ev.table, ()):
+                read_raw(col)
         for i, col in enumerate(ev.columns[len(known) :]):
             col.name = col.name or f"UNKNOWN_COL{len(known) + i}"
 
 
+def read_raw(col) -> None:
+    """Have mysql-replication give a DATE's or DATETIME's stored value as it is (types.date_text
+    prints it), not None as it does when a part is zero: its bytes read as an unsigned number
+    of their size (a DATETIME2's, fraction included, as BIT's string of bits)."""
+    if col.type in RAW_AS:
+        col.type, col.unsigned = RAW_AS[col.type], True
+    elif col.type == FIELD_TYPE.DATETIME2:
+        col.type, col.bytes = FIELD_TYPE.BIT, 5 + (col.fsp + 1) // 2
+        col.bits = 8 * col.bytes
+
+
+RAW_AS = {FIELD_TYPE.DATE: FIELD_TYPE.INT24, FIELD_TYPE.DATETIME: FIELD_TYPE.LONGLONG}
 POISON = "!"  # the op of a row event mysql-replication cannot decode
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql.types import StringType
 
 from connectql.connectors.mysql import binlog, keyless
 from connectql.connectors.mysql.client import connect, qualified
@@ -62,7 +63,11 @@ class MysqlSource(MysqlTables, tr.TableSource):
 
     def _walker(self, conn, reader: int) -> binlog.Walker:
         columns = {t: columns_of(conn, self.cfg.schema, t) for t in self.tables_read}
-        return binlog.Walker(self.cfg, columns, reader)
+        texts = {
+            t: {f.name for f in s.fields if isinstance(f.dataType, StringType)}
+            for t, s in self.schemas.items()
+        }
+        return binlog.Walker(self.cfg, columns, reader, texts)
 
     def log_start(self, conn) -> dict:
         return binlog.current(conn)

@@ -31,8 +31,8 @@ def describe_table(conn, database: str, table: str, where: str) -> Table:
         raise PlanError(
             f"{where}: table {database}.{table} does not exist{_similar(conn, database)}"
         )
-    typed = _typed(columns, where, f" of {database}.{table}")
     key = primary_key(conn, database, table)
+    typed = _typed(columns, where, f" of {database}.{table}", key)
     return Table(database, table, typed, key, declared=_declared(conn, database, table))
 
 
@@ -54,11 +54,14 @@ def _declared(conn, database: str, table: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _typed(columns: list[Column], where: str, of: str) -> tuple[tuple[str, str, str], ...]:
-    """(name, column type, Spark type) of each column, or a PlanError naming one unreadable."""
+def _typed(
+    columns: list[Column], where: str, of: str, key: tuple[str, ...] = ()
+) -> tuple[tuple[str, str, str], ...]:
+    """(name, column type, Spark type) of each column (`key`: the primary key's), or a
+    PlanError naming one unreadable."""
     out = []
     for c in columns:
-        st = spark_type(c)
+        st = spark_type(c, c.name in key)
         if st is None:
             raise PlanError(
                 f"{where}: column {c.name}{of} has type {c.column_type}, which connectql"

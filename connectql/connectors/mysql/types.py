@@ -47,6 +47,9 @@ INTEGERS = {
     "integer": ("INT", "BIGINT"),
     "bigint": ("BIGINT", "DECIMAL(20,0)"),
 }
+# the date types a primary key column carries as the text MySQL prints ('2024-05-00'): a zero
+# part reads as NULL elsewhere, and a key cannot be NULL
+KEY_TEXT_TYPES = {"date", "datetime", "timestamp"}
 
 
 @dataclass(frozen=True)
@@ -97,9 +100,12 @@ class Column:
         return (self.args or [1])[0]
 
 
-def spark_type(c: Column) -> str | None:
-    """The Spark DDL type of a column; None if connectql cannot read it."""
+def spark_type(c: Column, key: bool = False) -> str | None:
+    """The Spark DDL type of a column (`key`: of the primary key); None if connectql cannot
+    read it."""
     t = c.data_type
+    if key and t in KEY_TEXT_TYPES:
+        return "STRING"
     if t in INTEGERS:
         return INTEGERS[t][c.unsigned]
     if t in ("decimal", "numeric"):
@@ -260,6 +266,8 @@ def binlog_value(value, c: Column, dtype: DataType):
     """A value as mysql-replication decodes it -> the Python value of the column's Spark type."""
     if value is None:
         return None
+    if isinstance(dtype, StringType) and c.data_type in KEY_TEXT_TYPES:
+        return date_text(value, c)
     if isinstance(dtype, StringType):
         return _text(value, c)
     if isinstance(dtype, BinaryType):
@@ -306,6 +314,46 @@ def binlog_column(values: list, c: Column, dtype: DataType) -> pa.Array | None:
             return None  # the zero TIMESTAMP, read as NULL value by value
         return naive.cast(pa.timestamp("us", "UTC"))
     return None
+
+
+def date_text(value, c: Column) -> str:
+    """A key's DATE, DATETIME or TIMESTAMP as MySQL prints it (zero parts too), from what the
+    binlog reader gives: a DATE's or DATETIME's raw value (binlog.read_raw; mysql-replication
+    makes a zero part None), or a TIMESTAMP's UTC datetime (the zero one is second 0)."""
+    fsp = (c.args or [0])[0]
+    if isinstance(value, dt.datetime):
+        zero = c.data_type == "timestamp" and value < FIRST_TIMESTAMP
+        return _printed((0,) * 7 if zero else (*value.timetuple()[:6], value.microsecond), fsp)
+    if c.data_type == "date":  # 3 bytes: year, month, day in 15, 4 and 5 bits
+        return _printed((value >> 9, value >> 5 & 15, value & 31), 0)
+    if isinstance(value, int):  # a DATETIME of before MySQL 5.6: YYYYMMDDhhmmss as a number
+        day, time = divmod(value, 1_000_000)
+        return _printed((day // 10_000, day // 100 % 100, day % 100, *_hms(time)), 0)
+    return _printed(_datetime2(value, fsp), fsp)
+
+
+def _datetime2(bits: str, fsp: int) -> tuple[int, ...]:
+    """A DATETIME2's bytes, as bits: a sign bit, year * 13 + month in 17 bits, then day, hour,
+    minute, second in 5, 5, 6, 6 bits; then the fraction in (fsp + 1) // 2 bytes, counting
+    units of 10^-2, 10^-4 or 10^-6 seconds."""
+    v, fraction = int(bits[:40], 2), bits[40:]
+    year, month = divmod(v >> 22 & 0x1FFFF, 13)
+    micro = int(fraction, 2) * 10 ** (6 - len(fraction) // 4) if fraction else 0
+    return year, month, v >> 17 & 31, v >> 12 & 31, v >> 6 & 63, v & 63, micro
+
+
+def _hms(time: int) -> tuple[int, int, int]:
+    return time // 10_000, time // 100 % 100, time % 100
+
+
+def _printed(parts: tuple[int, ...], fsp: int) -> str:
+    """(year, month, day[, hour, minute, second, microsecond]) as MySQL prints them."""
+    text = "{:04d}-{:02d}-{:02d}".format(*parts[:3])
+    if len(parts) > 3:
+        text += " {:02d}:{:02d}:{:02d}".format(*parts[3:6])
+    if len(parts) > 6 and fsp:
+        text += f".{parts[6]:06d}"[: fsp + 1]
+    return text
 
 
 _PLAIN_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"}

@@ -60,6 +60,20 @@ REJECTED_CODES = {
 _savepoints = itertools.count()
 
 
+def _sql_mode_without(*modes: str) -> str:
+    """The statement that takes `modes` out of the session's sql_mode."""
+    listed = "CONCAT(',', @@SESSION.sql_mode, ',')"
+    for mode in modes:
+        listed = f"REPLACE({listed}, ',{mode},', ',')"
+    return f"SET SESSION sql_mode = TRIM(BOTH ',' FROM {listed})"
+
+
+# a key's zero dates ('0000-00-00', '2024-05-00') are written as they are: no NO_ZERO_DATE or
+# NO_ZERO_IN_DATE (MySQL 8's default has both), nor TRADITIONAL, which brings them back (the
+# modes it stands for stay listed)
+ZERO_DATES_ALLOWED = _sql_mode_without("TRADITIONAL", "NO_ZERO_IN_DATE", "NO_ZERO_DATE")
+
+
 def _code(e: Exception) -> int | None:
     return e.args[0] if e.args and isinstance(e.args[0], int) else None
 
@@ -71,6 +85,7 @@ class MysqlTarget(Target):
     def connect(self, autocommit: bool):
         conn = connect(self.s.connection, autocommit=autocommit, local_infile=True)
         with conn.cursor() as cur:
+            cur.execute(ZERO_DATES_ALLOWED)
             try:  # MariaDB 10.3+; MySQL has no such bound (wait_timeout ends it, much later)
                 cur.execute(f"SET SESSION idle_transaction_timeout = {IDLE_IN_TRANSACTION_S}")
             except pymysql.err.OperationalError as e:

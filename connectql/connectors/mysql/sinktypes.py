@@ -79,13 +79,21 @@ def created_type(field, key: bool = False) -> str | None:
         return None
     if d.kind == "mysql":
         c = Column(field.name, d.type)
-        fits = spark_type(c) == ours and c.data_type not in GEOMETRY_TYPES
-        if not fits or (key and c.data_type in _UNKEYED):
+        fits = ours in (spark_type(c), spark_type(c, key=True))
+        if not fits or c.data_type in GEOMETRY_TYPES or (key and c.data_type in _UNKEYED):
             return None
-        return d.type + (" NULL" if c.data_type == "timestamp" else "")
+        return d.type + _timestamp_default(c, key)
     if d.kind == "postgres":
         return _from_postgres(d, ours, key)
     return None
+
+
+def _timestamp_default(c: Column, key: bool) -> str:
+    """A TIMESTAMP is created NULL, or as a key with a default: without one, a server with
+    explicit_defaults_for_timestamp off sets it to the time of each insert or update."""
+    if c.data_type != "timestamp":
+        return ""
+    return " NOT NULL DEFAULT 0" if key else " NULL"
 
 
 _UNKEYED = BINARY_TYPES - {"binary", "varbinary"} | {"tinytext", "text", "mediumtext"}

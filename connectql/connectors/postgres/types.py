@@ -219,26 +219,27 @@ def created_type(field) -> tuple[str, tuple[str, ...]] | None:
     if d.kind == "mysql":
         m = re.match(r"^(\w+)(?:\((\d+)(?:,(\d+))?\))?", d.type.lower())
         rule = _FROM_MYSQL.get(m.group(1)) if m else None
-        if rule is None or rule[1] != ours:
+        if rule is None or ours not in rule[1]:
             return None
         return rule[0].format(n=m.group(2) or 0, s=m.group(3) or 0), ()
     return None
 
 
 # MySQL type -> (PostgreSQL type, {n}: the MySQL type's length or fractional digits; the
-# Spark type the source reads it as)
+# Spark types the source reads it as: a date in a primary key as its text, zero dates and all)
 _FROM_MYSQL = {
-    "varchar": ("character varying({n})", "STRING"),
-    "char": ("character({n})", "STRING"),
-    "json": ("jsonb", "STRING"),
-    "time": ("interval", "STRING"),  # MySQL's TIME spans -838:59:59 to 838:59:59
-    "datetime": ("timestamp({n}) without time zone", "TIMESTAMP_NTZ"),
-    "timestamp": ("timestamp({n}) with time zone", "TIMESTAMP"),
-    "year": ("smallint", "INT"),
-    "decimal": ("numeric({n},{s})", "STRING"),  # wider than 38 digits: carried as its text
-    "uuid": ("uuid", "STRING"),
-    "inet4": ("inet", "STRING"),
-    "inet6": ("inet", "STRING"),
+    "varchar": ("character varying({n})", ("STRING",)),
+    "char": ("character({n})", ("STRING",)),
+    "json": ("jsonb", ("STRING",)),
+    "time": ("interval", ("STRING",)),  # MySQL's TIME spans -838:59:59 to 838:59:59
+    "date": ("date", ("DATE", "STRING")),
+    "datetime": ("timestamp({n}) without time zone", ("TIMESTAMP_NTZ", "STRING")),
+    "timestamp": ("timestamp({n}) with time zone", ("TIMESTAMP", "STRING")),
+    "year": ("smallint", ("INT",)),
+    "decimal": ("numeric({n},{s})", ("STRING",)),  # wider than 38 digits: carried as its text
+    "uuid": ("uuid", ("STRING",)),
+    "inet4": ("inet", ("STRING",)),
+    "inet6": ("inet", ("STRING",)),
 }
 
 

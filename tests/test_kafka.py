@@ -11,10 +11,13 @@ view of an aborted transaction."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
 from collections import Counter
+from datetime import date, datetime
+from decimal import Decimal
 
 import psycopg
 import pyarrow as pa
@@ -283,3 +286,117 @@ def test_kafka_to_postgres_in_a_killed_worker_delivers_every_record_once(
         assert row == [({"origin": "killed"}, "jsonb", "k4", 1)]
     finally:
         pg_sql(pg_shared.conninfo(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def envelope(op, before=None, after=None, ts=1_700_000_000_000):
+    """A Debezium change event of table shop.items with Kafka Connect's schema envelope."""
+    row = {"type": "struct", "optional": True, "fields": [
+        {"field": "id", "type": "int32", "optional": False},
+        {"field": "name", "type": "string", "optional": True},
+        {"field": "price", "type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+         "parameters": {"scale": "2", "connect.decimal.precision": "10"}},
+        {"field": "made", "type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp"},
+        {"field": "day", "type": "int32", "optional": True, "name": "io.debezium.time.Date"},
+    ]}  # fmt: skip
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"},
+              {"field": "source", "type": "struct", "fields": []},
+              {"field": "op", "type": "string"}, {"field": "ts_ms", "type": "int64"}]}  # fmt: skip
+    payload = {"before": before, "after": after, "source": {"db": "shop", "table": "items"},
+               "op": op, "ts_ms": ts}  # fmt: skip
+    return json.dumps({"schema": schema, "payload": payload})
+
+
+def item(i, name, cents):
+    """A row image as Debezium writes it: the decimal's unscaled bytes in base64, the time in
+    microseconds, the date in days."""
+    raw = cents.to_bytes(8, "big", signed=True).lstrip(b"\x00") or b"\x00"
+    return {"id": i, "name": name, "price": base64.b64encode(raw).decode(),
+            "made": 1_700_000_000_123_456 + i, "day": 19_700 + i}  # fmt: skip
+
+
+def test_debezium_change_events_are_applied_to_a_postgres_table(worker, broker, pg_shared):
+    """Debezium's JSON change events (with the schema envelope, and without it) read with
+    format = 'debezium' and upserted into PostgreSQL: the table ends as the source would be;
+    a tombstone is no change; an event of another op is a dead letter."""
+    key = lambda i: json.dumps({"id": i})  # noqa: E731
+    plain = lambda op, before, after: json.dumps(  # noqa: E731  (no envelope)
+        {"before": before, "after": after, "op": op, "ts_ms": 1, "source": {}}
+    )
+    broker.create("dbz", 2)
+    events = [
+        (key(1), envelope("r", after=item(1, "one", 150))),
+        (key(2), envelope("c", after=item(2, "two", 250))),
+        (key(3), envelope("c", after=item(3, "three", -5))),
+        (key(2), envelope("u", before=item(2, "two", 250), after=item(2, "TWO", 999))),
+        (key(3), envelope("d", before=item(3, "three", -5))),
+        (key(3), None),  # the tombstone after a delete
+        (
+            key(4),
+            plain(
+                "c",
+                None,
+                {
+                    "id": 4,
+                    "name": "four",
+                    "price": "4.25",
+                    "made": "2024-01-02T03:04:05.5Z",
+                    "day": "2024-02-29",
+                },
+            ),
+        ),  # fmt: skip
+        (key(1), plain("d", None, None)),  # a delete whose before image is only in its key
+        (key(9), json.dumps({"op": "t", "source": {}})),  # a truncate: not a change to apply
+    ]
+    broker.produce("dbz", [(k, v, None) for k, v in events], 0)
+    name = f"cq_{uuid.uuid4().hex[:8]}"
+    info = create_database(pg_shared.conninfo(), name)
+    s = pg_shared
+    conn = f"host = '{s.host}', port = {s.port}, user = '{s.user}', database = '{name}'"
+    try:
+        run(
+            worker,
+            f"""
+            CREATE SOURCE CONNECTOR dbz FROM kafka INTO items WITH (
+              'bootstrap.servers' = '{broker.servers}', topic = 'dbz', format = 'debezium',
+              'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'items_dead');
+            CREATE SINK CONNECTOR items_pg TO postgres FROM items WITH ({conn}, table = 'items');
+            """,
+        )
+        assert run(worker, "DESCRIBE STREAM items")[0].rows[2] == ("key", "id")
+        wait_until(
+            lambda: _rows_of(info, "SELECT id FROM items ORDER BY id") == [(2,), (4,)],
+            120,
+            what="the changes applied",
+        )
+        got = pg_sql(info, "SELECT id, name, price, made, day FROM items ORDER BY id")
+        assert got == [
+            (
+                2,
+                "TWO",
+                Decimal("9.99"),
+                datetime(2023, 11, 14, 22, 13, 20, 123458),
+                date(2023, 12, 11),
+            ),
+            (4, "four", Decimal("4.25"), datetime(2024, 1, 2, 3, 4, 5, 500000), date(2024, 2, 29)),
+        ]
+        columns = [r[0] for r in pg_sql(info, "SELECT column_name FROM information_schema.columns"
+                                              " WHERE table_name = 'items'")]  # fmt: skip
+        assert not [c for c in columns if c.startswith("__")]  # a replica: no message columns
+        letters = wait_until(
+            lambda: read_parquet_rows(
+                worker.home / "streams/items_dead", "SELECT error_message FROM t"
+            ),
+            30,
+            what="the truncate's dead letter",
+        )
+        assert len(letters) == 1 and "op 't'" in letters[0][0]
+    finally:
+        run(worker, "DROP CONNECTOR IF EXISTS items_pg")
+        pg_sql(pg_shared.conninfo(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _rows_of(info, query):
+    try:
+        return pg_sql(info, query)
+    except psycopg.errors.UndefinedTable:
+        return None

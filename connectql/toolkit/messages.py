@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -33,6 +33,7 @@ import pyarrow.json as pajson
 
 from connectql.config import Option
 from connectql.errors import PlanError, ValidationError
+from connectql.toolkit import debezium
 from connectql.toolkit.ddl import arrow_schema, spark_ddl, spark_types
 from connectql.toolkit.source import RAW_BASE64, raw_text
 
@@ -54,7 +55,8 @@ MESSAGE_DDL = (
     f"`{KEY}` STRING, `{HEADERS}` MAP<STRING, STRING>, `{TOPIC}` STRING, `{PARTITION}` INT,"
     f" `{POSITION}` STRING, `{TIMESTAMP}` TIMESTAMP"
 )
-FORMATS = ("json", "text", "bytes")
+FORMATS = ("json", "text", "bytes")  # what a sink writes
+SOURCE_FORMATS = (*FORMATS, "debezium")  # what a source reads
 VALUE = "value"  # the one column of a text or bytes value
 INFER_MESSAGES = 1000  # messages a json schema is inferred from
 
@@ -72,9 +74,12 @@ def format_options(role: str) -> tuple[Option, ...]:
             "format",
             "enum",
             "json",
-            choices=FORMATS,
+            choices=SOURCE_FORMATS,
             doc="json: a JSON object per message, its fields the columns of `schema`; text: one"
-            " `value STRING` column; bytes: one `value BINARY` column",
+            " `value STRING` column; bytes: one `value BINARY` column; debezium: Debezium's"
+            " JSON change events (with or without the schema envelope), as a change stream:"
+            " the row's columns, __op, __ts_ms, __pos, __source, keyed by the message key's"
+            " fields",
         ),
         Option(
             "schema",
@@ -107,6 +112,7 @@ class Bad:
 
     index: int
     why: str
+    skip: bool = False  # no row and no dead letter (a Debezium tombstone)
 
 
 @dataclass(frozen=True)
@@ -134,37 +140,51 @@ class ValueFormat:
         if self.name == "bytes":
             return pa.schema([(VALUE, pa.binary())])
         if self.schema is None:
-            raise ValueError("format = 'json' needs a schema (given or inferred)")
+            raise ValueError(f"format = '{self.name}' needs a schema (given or inferred)")
+        if self.name == "debezium":
+            return pa.schema([*self.schema, *debezium.CHANGE_SCHEMA])
         return self.schema
 
     def row_ddl(self) -> str | None:
         """Spark DDL of a source's rows: the value's columns, then the message columns; None
         for json without a schema (the source infers one: infer_ddl)."""
-        if self.name == "json" and self.schema is None:
+        if self.name in ("json", "debezium") and self.schema is None:
             return None
         return f"{spark_ddl(self.value_schema())}, {MESSAGE_DDL}"
 
     def reading(self, stream: pa.Schema | None) -> ValueFormat:
-        """The format a source's `read` decodes with: json takes its fields from the stream's
-        schema as it stands (`stream_schemas`, which may have gained fields since CREATE)."""
-        if stream is None or self.name != "json":
+        """The format a source's `read` decodes with: json and debezium take their fields from
+        the stream's schema as it stands (`stream_schemas`, which may have gained fields since
+        CREATE)."""
+        if stream is None or self.name not in ("json", "debezium"):
             return self
-        return ValueFormat(
-            self.name, pa.schema([f for f in stream if f.name not in MESSAGE_COLUMNS])
-        )
+        added = (*MESSAGE_COLUMNS, *debezium.CHANGE_SCHEMA.names)
+        return ValueFormat(self.name, pa.schema([f for f in stream if f.name not in added]))
 
-    def row_ddl_of(self, sample: Sequence[bytes | None], where: str, found: str) -> str:
-        """The source's row DDL: given, or a json schema inferred from `sample` (`found` says
-        what was sampled, for the error)."""
+    def row_ddl_of(
+        self, sample: Sequence[bytes | None], where: str, found: str, keys: Sequence = ()
+    ) -> str:
+        """The source's row DDL: given, or inferred from `sample` (and a debezium event's
+        `keys`; `found` says what was sampled, for the error)."""
         if (given := self.row_ddl()) is not None:
             return given
         try:
+            if self.name == "debezium":
+                columns = debezium.image_ddl(sample, keys)[0]
+                return f"{columns}, {debezium.CHANGE_DDL}, {MESSAGE_DDL}"
             return f"{infer_ddl(sample)}, {MESSAGE_DDL}"
         except (ValueError, pa.ArrowInvalid) as e:
             raise PlanError(
                 f"{where}: cannot infer the schema from {found} ({str(e).splitlines()[0]});"
                 " give it with schema = '...'"
             ) from None
+
+    def key_of(self, keys: Sequence[bytes | None], given: str | None) -> tuple[str, ...]:
+        """The stream's key: the columns given (a comma list), else a debezium stream's
+        message key fields (sampled), else none."""
+        if given:
+            return tuple(c.strip() for c in given.split(",") if c.strip())
+        return debezium.key_columns(keys) if self.name == "debezium" else ()
 
     def check_rows(self, schema: pa.Schema, where: str) -> None:
         """A sink's check that its stream has what the format writes."""
@@ -178,10 +198,19 @@ class ValueFormat:
         """The source's rows: the value's columns, then the message columns."""
         return pa.schema([*self.value_schema(), *MESSAGE_SCHEMA])
 
-    def decode(self, values: Sequence[bytes | None]) -> tuple[pa.RecordBatch, list[Bad]]:
+    def decode(
+        self,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] = (),
+        positions: Sequence[str] = (),
+    ) -> tuple[pa.RecordBatch, list[Bad]]:
         """The values as a batch of value_schema (a NULL value: a row of NULLs), and the ones
-        that do not parse (left out of the batch: the caller drops their metadata too)."""
+        that do not parse (left out of the batch: the caller drops their metadata too). A
+        debezium event's key and position (sortable text) make its delete's key and __pos."""
         schema = self.value_schema()
+        if self.name == "debezium":
+            batch, dropped = debezium.rows(values, keys, positions, schema)
+            return batch, [Bad(i, why or "", skip=why is None) for i, why in dropped]
         if self.name == "bytes":
             return pa.record_batch([pa.array(values, pa.binary())], schema=schema), []
         if self.name == "text":
@@ -212,6 +241,29 @@ class ValueFormat:
             json.dumps(r, default=json_value, ensure_ascii=False).encode("utf-8")
             for r in rows.select(kept).to_pylist()
         ]
+
+
+def message_rows(
+    fmt: ValueFormat,
+    values: Sequence[bytes | None],
+    where: Callable[[int], dict],
+    meta: Callable[[list[int]], dict[str, list]],
+    keys: Sequence[bytes | None] = (),
+    positions: Sequence[str] = (),
+) -> Iterator[Any]:
+    """What a broker source's `read` yields for a page of messages: a DeadLetter for each value
+    that does not parse (`where(i)`: its offset), then the others' rows with their message
+    columns (`meta(kept)`: column -> values of the kept messages, by their indexes)."""
+    from connectql.toolkit.source import DeadLetter
+
+    batch, bad = fmt.decode(values, keys, positions)
+    for b in bad:
+        if not b.skip:
+            yield DeadLetter(values[b.index] or b"", b.why, where(b.index))
+    dropped = {b.index for b in bad}
+    kept = [i for i in range(len(values)) if i not in dropped]
+    if kept:
+        yield with_messages(batch, meta(kept))
 
 
 def check_destination(options: dict[str, Any], schema: pa.Schema, where: str, name: str) -> None:

@@ -159,31 +159,26 @@ class SpooledSource:
             TIMESTAMP,
             TOPIC,
             ValueFormat,
-            with_messages,
+            message_bytes,
+            message_rows,
         )  # fmt: skip
-        from connectql.toolkit.source import DeadLetter
 
         first = partition["start"]
-        spooled = [Spooled(*pickle.loads(r)) for r in self.spool.read(first, partition["end"])]
-        batch, bad = ValueFormat(self.format.name, self.format.schema).decode(
-            [m.value for m in spooled]
+        got = [Spooled(*pickle.loads(r)) for r in self.spool.read(first, partition["end"])]
+        yield from message_rows(
+            ValueFormat(self.format.name, self.format.schema),
+            [m.value for m in got],
+            where=lambda i: {"topic": got[i].topic, "n": first + i},
+            meta=lambda kept: {
+                TOPIC: [got[i].topic for i in kept],
+                KEY: [got[i].key for i in kept],
+                HEADERS: [sorted(got[i].headers.items()) if got[i].headers else None for i in kept],
+                POSITION: [str(first + i) for i in kept],
+                TIMESTAMP: [got[i].timestamp_us for i in kept],
+            },
+            keys=[message_bytes(m.key) for m in got],
+            positions=[f"{first + i:020d}" for i in range(len(got))],
         )
-        for b in bad:
-            m = spooled[b.index]
-            yield DeadLetter(m.value, b.why, {"topic": m.topic, "n": first + b.index})
-        dropped = {b.index for b in bad}
-        kept = [(first + i, m) for i, m in enumerate(spooled) if i not in dropped]
-        if kept:
-            yield with_messages(
-                batch,
-                {
-                    TOPIC: [m.topic for _n, m in kept],
-                    KEY: [m.key for _n, m in kept],
-                    HEADERS: [sorted(m.headers.items()) if m.headers else None for _n, m in kept],
-                    POSITION: [str(n) for n, _m in kept],
-                    TIMESTAMP: [m.timestamp_us for _n, m in kept],
-                },
-            )
 
 
 class Spooled(NamedTuple):

@@ -16,7 +16,7 @@ from typing import Any
 
 from connectql.config import Option
 from connectql.connectors.kafka.client import CONNECTION, TIMEOUT_S, failed, settings, topics, where
-from connectql.toolkit import DeadLetter, Retryable, Source, ValidationError
+from connectql.toolkit import Retryable, Source, ValidationError
 from connectql.toolkit.messages import (
     HEADERS,
     INFER_MESSAGES,
@@ -27,8 +27,8 @@ from connectql.toolkit.messages import (
     TOPIC,
     ValueFormat,
     format_options,
+    message_rows,
     text_of,
-    with_messages,
 )
 
 FETCH = 10_000  # records per consume call
@@ -51,6 +51,11 @@ SOURCE_OPTIONS = (
         " it); partitions found later start at their earliest",
     ),
     *format_options("source"),
+    Option(
+        "key",
+        doc="the stream's key: columns that identify a row, a comma list (default: with format"
+        " = 'debezium', the fields of the records' keys; else none)",
+    ),
     Option(
         "commit.offsets",
         "bool",
@@ -85,6 +90,7 @@ class KafkaSource(Source):
         self._idle_until = 0.0
         self._ends: dict[tuple[str, int, int], int] = {}  # (topic, partition, hw) -> end
         self._consumer = None
+        self._sampled: tuple[list, list] | None = None
 
     def endpoint(self) -> str:
         return where(self.options)
@@ -108,21 +114,27 @@ class KafkaSource(Source):
             )
 
     def schema(self) -> str:
-        sample = self._sample() if self.format.row_ddl() is None else []
-        found = f"{len(sample)} records of {self._named()}"
-        return self.format.row_ddl_of(sample, "kafka source", found)
+        values, keys = self._sample() if self.format.row_ddl() is None else ([], [])
+        found = f"{len(values)} records of {self._named()}"
+        return self.format.row_ddl_of(values, "kafka source", found, keys)
+
+    def key(self) -> tuple[str, ...]:
+        given = self.options.get("key")
+        return self.format.key_of([] if given else self._sample()[1], given)
 
     def _named(self) -> str:
         return self.options.get("topic") or f"topics matching {self.options['topic.pattern']!r}"
 
-    def _sample(self) -> list[bytes | None]:
-        start = self.initial_offset()
-        found: list[bytes | None] = []
-        for part in self.partitions(start, self.latest_offset(start)):
-            found += [m.value() for m in self._records(part, INFER_MESSAGES - len(found))]
-            if len(found) >= INFER_MESSAGES:
-                break
-        return found
+    def _sample(self) -> tuple[list[bytes | None], list[bytes | None]]:
+        """The values and keys of the first records (up to INFER_MESSAGES), asked once."""
+        if self._sampled is None:
+            start, found = self.initial_offset(), []
+            for part in self.partitions(start, self.latest_offset(start)):
+                found += self._records(part, INFER_MESSAGES - len(found))
+                if len(found) >= INFER_MESSAGES:
+                    break
+            self._sampled = [m.value() for m in found], [m.key() for m in found]
+        return self._sampled
 
     # ----------------------------------------------------------------- offsets (driver)
     def initial_offset(self) -> dict:
@@ -237,7 +249,7 @@ class KafkaSource(Source):
         return {f"{tp.topic}:{tp.partition}": tp.offset for tp in found if tp.offset >= 0}
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_consumer": None, "_ends": {}}  # the driver's own
+        return {**self.__dict__, "_consumer": None, "_ends": {}, "_sampled": None}  # driver's
 
     def _driver_consumer(self):
         if self._consumer is None:
@@ -320,25 +332,25 @@ class KafkaSource(Source):
             consumer.close()
 
     def _rows(self, page: list, fmt: ValueFormat) -> Iterator[Any]:
-        batch, bad = fmt.decode([m.value() for m in page])
-        for b in bad:
-            m = page[b.index]
-            at = {"topic": m.topic(), "partition": m.partition(), "offset": m.offset()}
-            yield DeadLetter(m.value() or b"", b.why, at)
-        dropped = {b.index for b in bad}
-        kept = [m for i, m in enumerate(page) if i not in dropped]
-        if kept:
-            yield with_messages(
-                batch,
-                {
-                    KEY: [text_of(m.key()) for m in kept],
-                    HEADERS: [_headers(m.headers()) for m in kept],
-                    TOPIC: [m.topic() for m in kept],
-                    PARTITION: [m.partition() for m in kept],
-                    POSITION: [str(m.offset()) for m in kept],
-                    TIMESTAMP: [_micros(m.timestamp()) for m in kept],
-                },
-            )
+        yield from message_rows(
+            fmt,
+            [m.value() for m in page],
+            where=lambda i: {
+                "topic": page[i].topic(),
+                "partition": page[i].partition(),
+                "offset": page[i].offset(),
+            },  # fmt: skip
+            meta=lambda kept: {
+                KEY: [text_of(page[i].key()) for i in kept],
+                HEADERS: [_headers(page[i].headers()) for i in kept],
+                TOPIC: [page[i].topic() for i in kept],
+                PARTITION: [page[i].partition() for i in kept],
+                POSITION: [str(page[i].offset()) for i in kept],
+                TIMESTAMP: [_micros(page[i].timestamp()) for i in kept],
+            },
+            keys=[m.key() for m in page],
+            positions=[f"{m.offset():020d}" for m in page],  # a key's changes: one partition
+        )
 
 
 def _consumer(options: dict[str, Any], connector: str):

@@ -11,7 +11,7 @@ from typing import Any
 
 from connectql.config import Option
 from connectql.connectors.nats.client import CONNECTION, call, where
-from connectql.toolkit import DeadLetter, Source, ValidationError
+from connectql.toolkit import Source, ValidationError
 from connectql.toolkit.messages import (
     HEADERS,
     INFER_MESSAGES,
@@ -20,7 +20,7 @@ from connectql.toolkit.messages import (
     TOPIC,
     ValueFormat,
     format_options,
-    with_messages,
+    message_rows,
 )
 
 PAGE = 10_000  # messages per consumer
@@ -172,23 +172,23 @@ class NatsSource(Source):
             await nc.jsm().delete_consumer(info.stream_name, info.name)
 
     def _rows(self, page: list, fmt: ValueFormat) -> Iterator[Any]:
-        batch, bad = fmt.decode([m.data for m in page])
-        for b in bad:
-            msg = page[b.index]
-            at = {"subject": msg.subject, "seq": msg.metadata.sequence.stream}
-            yield DeadLetter(msg.data, b.why, at)
-        dropped = {b.index for b in bad}
-        kept = [m for i, m in enumerate(page) if i not in dropped]
-        if kept:
-            yield with_messages(
-                batch,
-                {
-                    HEADERS: [sorted(m.headers.items()) if m.headers else None for m in kept],
-                    TOPIC: [m.subject for m in kept],
-                    POSITION: [str(m.metadata.sequence.stream) for m in kept],
-                    TIMESTAMP: [m.metadata.timestamp for m in kept],
-                },
-            )
+        def seq(i: int) -> int:
+            return page[i].metadata.sequence.stream
+
+        yield from message_rows(
+            fmt,
+            [m.data for m in page],
+            where=lambda i: {"subject": page[i].subject, "seq": seq(i)},
+            meta=lambda kept: {
+                HEADERS: [
+                    sorted(page[i].headers.items()) if page[i].headers else None for i in kept
+                ],
+                TOPIC: [page[i].subject for i in kept],
+                POSITION: [str(seq(i)) for i in kept],
+                TIMESTAMP: [page[i].metadata.timestamp for i in kept],
+            },
+            positions=[f"{seq(i):020d}" for i in range(len(page))],
+        )
 
     def _call(self, body, *args):
         return call(self.options, "nats source", lambda nc: body(nc, *args))

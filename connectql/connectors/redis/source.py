@@ -19,8 +19,8 @@ from connectql.toolkit.messages import (
     TIMESTAMP,
     TOPIC,
     ValueFormat,
+    message_rows,
     text_of,
-    with_messages,
 )
 
 FIRST = "0-0"  # before every entry id
@@ -150,20 +150,21 @@ class RedisSource(Connected, Source):
                 "MISSING_VALUE",
             )
         kept = [i for i in range(len(page)) if i not in missing]
-        batch, bad = fmt.decode([fields[i][value_field] for i in kept])
-        for b in bad:
-            i = kept[b.index]
-            yield DeadLetter(fields[i][value_field], b.why, {"key": key, "id": ids[i]})
-        rows = [kept[j] for j in range(len(kept)) if j not in {b.index for b in bad}]
-        meta = {
-            KEY: [text_of(fields[i].get(key_field)) for i in rows],
-            HEADERS: [_headers(fields[i], value_field, key_field) for i in rows],
-            TOPIC: [key] * len(rows),
-            POSITION: [ids[i] for i in rows],
-            TIMESTAMP: [int(ids[i].partition("-")[0]) * 1000 for i in rows],
-        }
-        if rows:
-            yield with_messages(batch, meta)
+        entries = [fields[i] for i in kept]
+        yield from message_rows(
+            fmt,
+            [f[value_field] for f in entries],
+            where=lambda j: {"key": key, "id": ids[kept[j]]},
+            meta=lambda rows: {
+                KEY: [text_of(entries[j].get(key_field)) for j in rows],
+                HEADERS: [_headers(entries[j], value_field, key_field) for j in rows],
+                TOPIC: [key] * len(rows),
+                POSITION: [ids[kept[j]] for j in rows],
+                TIMESTAMP: [int(ids[kept[j]].partition("-")[0]) * 1000 for j in rows],
+            },
+            keys=[f.get(key_field) for f in entries],
+            positions=[_sortable(ids[i]) for i in kept],
+        )
 
     def _call(self, method, *args):
         """A call to the server; one that cannot reach it is Retryable (the toolkit retries)."""
@@ -197,3 +198,9 @@ def _headers(fields: dict, *left_out: bytes) -> list[tuple[str, str]] | None:
 
 def _raw(fields: dict) -> str:
     return " ".join(f"{text_of(k)}={text_of(v)}" for k, v in fields.items())
+
+
+def _sortable(entry_id: str) -> str:
+    """An entry id as text that sorts as the ids do (a debezium event's __pos)."""
+    ms, _, seq = entry_id.partition("-")
+    return f"{int(ms):015d}-{int(seq or 0):010d}"

@@ -19,6 +19,7 @@ from connectql.connectors.options import Option
 from connectql.connectors.relational.lending import Lender
 from connectql.errors import PlanError
 from connectql.toolkit.envelope import META_COLUMNS, UNCHANGED
+from connectql.toolkit.messages import MESSAGE_COLUMNS
 from connectql.toolkit.sink import Rejected
 
 SEQ_COLUMN = "__cq_seq"  # a staged row's place in the batch: partition << 40 | row number
@@ -106,10 +107,11 @@ def sink_options(qualified: str) -> dict[str, Option]:
 
 
 def target_columns(names: list[str], mode: str) -> list[str]:
-    """The columns written to the target: an upsert keeps the row, not its change metadata."""
+    """The columns written to the target: an upsert keeps the row, not its change metadata nor
+    the message columns of a broker's change events (a replica of the rows)."""
     if mode == "append":
         return list(names)
-    return [n for n in names if n not in META_COLUMNS]
+    return [n for n in names if n not in META_COLUMNS and n not in MESSAGE_COLUMNS]
 
 
 def staged_columns(names: list[str], mode: str) -> list[str]:
@@ -119,10 +121,11 @@ def staged_columns(names: list[str], mode: str) -> list[str]:
 
 
 def unread_columns(mode: str) -> tuple[str, ...]:
-    """The change columns a sink in `mode` neither writes nor stages (the engine drops them
-    before the writer, so Spark does not read them)."""
-    kept = staged_columns(list(META_COLUMNS), mode)
-    return tuple(c for c in META_COLUMNS if c not in kept)
+    """The change and message columns a sink in `mode` neither writes nor stages (the engine
+    drops them before the writer, so Spark does not read them)."""
+    every = [*META_COLUMNS, *MESSAGE_COLUMNS]
+    kept = staged_columns(every, mode)
+    return tuple(c for c in every if c not in kept)
 
 
 def check_columns(names: list[str], s: SinkSettings, where: str) -> None:

@@ -400,3 +400,43 @@ def _rows_of(info, query):
         return pg_sql(info, query)
     except psycopg.errors.UndefinedTable:
         return None
+
+
+def test_a_broker_that_goes_away_is_retried_and_the_sink_resumes(worker, tmp_path):
+    """A running kafka sink whose broker stops: the connector shows RESTARTING naming the
+    broker; the broker back (memory storage: the topic made again), the sink writes on."""
+    server = Tansu().start()
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(100)))
+    try:
+        server.create("away")
+        retry = "'errors.retry.backoff.ms' = 300, 'errors.retry.max' = 50"
+        run(
+            worker,
+            f"""
+            CREATE SOURCE CONNECTOR fin FROM file INTO fmsgs WITH (path = '{inbox}',
+              format = json, schema = 'id BIGINT');
+            CREATE SINK CONNECTOR kaway TO kafka FROM fmsgs WITH (
+              'bootstrap.servers' = '{server.servers}', topic = 'away', {retry});
+            """,
+        )
+        ids = lambda: sorted(json.loads(m.value())["id"] for m in server.records("away", 0.3))  # noqa: E731
+        wait_until(lambda: ids() == list(range(100)), 120, what="the first copy")
+        server.stop()
+        (inbox / "b.json").write_text(
+            "".join(json.dumps({"id": i}) + "\n" for i in range(100, 150))
+        )
+        events = "SELECT connector, to_state, reason FROM connector_events ORDER BY time"
+        wait_until(
+            lambda: worker.catalog.get_connector("kaway").state == "RESTARTING", 120,
+            what="kaway RESTARTING", diagnose=lambda: worker.catalog.query(events)[1][-6:],
+        )  # fmt: skip
+        error = worker.catalog.get_connector("kaway").last_error
+        assert server.servers in error, error
+        server.start()
+        server.create("away")  # memory storage: the broker came back empty
+        wait_until(lambda: set(range(100, 150)) <= set(ids()), 180, what="the rows after")
+        wait_until(lambda: worker.catalog.get_connector("kaway").state == "RUNNING", 60)
+    finally:
+        server.stop()

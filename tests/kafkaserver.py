@@ -82,20 +82,25 @@ class Tansu:
         assert producer.flush(30) == 0
 
     def records(self, topic: str, settle_s: float = 1.0) -> list:
-        """Every record of the topic (each partition from its first offset, until nothing more
-        comes for settle_s): Message objects, by partition then offset."""
-        consumer = Consumer({"bootstrap.servers": self.servers, "group.id": "test-reader",
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "logger": LOG})  # fmt: skip
-        try:
-            parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-            consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-            found, last = [], time.monotonic()
-            while time.monotonic() - last < settle_s:
-                got = [m for m in consumer.consume(10_000, timeout=0.2) if not m.error()]
-                if got:
-                    found += got
-                    last = time.monotonic()
-            return sorted(found, key=lambda m: (m.partition(), m.offset()))
-        finally:
-            consumer.close()
+        """Every record of the topic (records_of)."""
+        return records_of(self.servers, topic, settle_s)
+
+
+def records_of(servers: str, topic: str, settle_s: float = 1.0) -> list:
+    """Every record of a topic (each partition from its first offset, until nothing more comes
+    for settle_s): Message objects, by partition then offset."""
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "test-reader",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "logger": LOG})  # fmt: skip
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        found, last = [], time.monotonic()
+        while time.monotonic() - last < settle_s:
+            got = [m for m in consumer.consume(10_000, timeout=0.2) if not m.error()]
+            if got:
+                found += got
+                last = time.monotonic()
+        return sorted(found, key=lambda m: (m.partition(), m.offset()))
+    finally:
+        consumer.close()

@@ -125,7 +125,7 @@ def test_a_source_with_its_own_fields_reads_text_or_bytes_values(spark, keys, tm
     rows = sorted(as_bytes.rows(), key=lambda r: r["__position"])
     assert [r["value"] for r in rows] == ["héllo".encode(), b"\x00\xfe"]
     assert rows[0]["__key"] == "x" and dict(rows[0]["__headers"]) == {"tag": "base64:/w=="}
-    assert rows[1]["__key"] is None and rows[1]["__headers"] is None
+    assert rows[1]["__key"] is None and rows[1]["__headers"] == []
 
 
 def test_a_sink_routes_rows_by_a_column_trims_and_writes_text(spark, keys, tmp_path):

@@ -6,7 +6,7 @@ A source's row is its value's columns (`format = 'json'`: the columns of `schema
 inferred from a sample; 'text': `value STRING`; 'bytes': `value BINARY`) and then:
 
     __key        STRING               the message key (NULL: none)
-    __headers    MAP<STRING, STRING>  its headers or properties (NULL: none)
+    __headers    MAP<STRING, STRING>  its headers or properties (an empty map: none)
     __topic      STRING               the subject, topic, queue or stream key it came from
     __partition  INT                  its partition (NULL where the broker has none)
     __position   STRING               where it is: offset, sequence, entry id (as text)
@@ -317,15 +317,28 @@ def _is_object(value: bytes) -> bool:
 
 def with_messages(values: pa.RecordBatch, meta: dict[str, list]) -> pa.RecordBatch:
     """The value columns and the message columns (`meta`: column -> values; a column not given
-    is NULL)."""
+    is NULL, but headers: a message without any has an empty map, since Spark turns a column
+    of NULL maps into Arrow about ten times slower than one of empty maps: 8.5 s against 0.7 s
+    for a million rows)."""
     n = values.num_rows
     columns = [*values.columns]
     for field in MESSAGE_SCHEMA:
         given = meta.get(field.name)
-        columns.append(
-            pa.array(given, field.type) if given is not None else pa.nulls(n, field.type)
-        )
+        if field.name == HEADERS:
+            columns.append(_headers_array(given, n))
+        else:
+            columns.append(
+                pa.array(given, field.type) if given is not None else pa.nulls(n, field.type)
+            )
     return pa.RecordBatch.from_arrays(columns, schema=pa.schema([*values.schema, *MESSAGE_SCHEMA]))
+
+
+def _headers_array(given: list | None, n: int) -> pa.Array:
+    kind = MESSAGE_SCHEMA.field(HEADERS).type
+    if given is None or not any(given):
+        return pa.MapArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], pa.string()),
+                                       pa.array([], pa.string()), type=kind)  # fmt: skip
+    return pa.array([h or [] for h in given], kind)
 
 
 def _texts(values, schema) -> tuple[pa.RecordBatch, list[Bad]]:

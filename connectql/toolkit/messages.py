@@ -352,7 +352,9 @@ def _texts(values, schema) -> tuple[pa.RecordBatch, list[Bad]]:
 
 
 def _json_batch(values: Sequence[bytes | None], schema: pa.Schema) -> pa.RecordBatch:
-    body = b"\n".join(b"{}" if v is None else _one_line(v) for v in values)
+    body = b"\n".join(b"{}" if v is None else v for v in values)
+    if body.count(b"\n") != len(values) - 1:  # a value spans lines: each on one first
+        body = b"\n".join(b"{}" if v is None else _one_line(v) for v in values)
     options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     table = pajson.read_json(io.BytesIO(body), parse_options=options)
     if table.num_rows != len(values):

@@ -289,18 +289,16 @@ class KafkaSource(Source):
     # ----------------------------------------------------------------- reading (executor)
     def read(self, partition: dict) -> Iterator[Any]:
         fmt = self.format.reading(self.stream_schemas.get(None))
-        page: list = []
-        for record in self._records(partition, partition["to"] - partition["from"]):
-            page.append(record)
-            if len(page) == FETCH:
-                yield from self._rows(page, fmt)
-                page = []
-        if page:
+        for page in self._pages(partition, partition["to"] - partition["from"]):
             yield from self._rows(page, fmt)
 
-    def _records(self, partition: dict, most: int) -> Iterator[Any]:
-        """The partition's records from its start, short of its end, at most `most`."""
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    def _records(self, partition: dict, most: int) -> list:
+        return [m for page in self._pages(partition, most) for m in page]
+
+    def _pages(self, partition: dict, most: int) -> Iterator[list]:
+        """The partition's records from its start, short of its end, at most `most`, a consume
+        call's worth at a time."""
+        from confluent_kafka import TopicPartition
 
         topic, part, to = partition["topic"], partition["partition"], partition["to"]
         consumer = _consumer(self.options, self.connector)
@@ -309,19 +307,15 @@ class KafkaSource(Source):
             given, last = 0, time.monotonic()
             while given < most:
                 got = consumer.consume(min(FETCH, most - given), timeout=1.0)
-                for m in got:
-                    if m.error():
-                        if m.error().code() == KafkaError._PARTITION_EOF:
-                            continue
-                        raise failed("kafka source", self.options, KafkaException(m.error()))
-                    if m.offset() >= to:
-                        return
-                    given += 1
-                    yield m
-                if got:
+                page = self._good(got, to)
+                if page:
+                    given += len(page)
                     last = time.monotonic()
+                    yield page
+                if len(page) < len(got) or (page and page[-1].offset() >= to - 1):
+                    return  # past the end
                 position = consumer.position([TopicPartition(topic, part)])[0].offset
-                if position >= to or (got and got[-1].offset() >= to - 1):
+                if position >= to:
                     return
                 if time.monotonic() - last > STALL_S:
                     raise Retryable(
@@ -331,25 +325,41 @@ class KafkaSource(Source):
         finally:
             consumer.close()
 
+    def _good(self, got: list, to: int) -> list:
+        """The records before offset `to` (an error raised, a partition's end passed over)."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        if any(m.error() for m in got):
+            errors = [m.error() for m in got if m.error()]
+            real = [e for e in errors if e.code() != KafkaError._PARTITION_EOF]
+            if real:
+                raise failed("kafka source", self.options, KafkaException(real[0]))
+            got = [m for m in got if not m.error()]
+        if got and got[-1].offset() >= to:
+            return [m for m in got if m.offset() < to]
+        return got
+
     def _rows(self, page: list, fmt: ValueFormat) -> Iterator[Any]:
+        keys, values, offsets = [], [], []
+        for m in page:
+            keys.append(m.key())
+            values.append(m.value())
+            offsets.append(m.offset())
+        topic, part = page[0].topic(), page[0].partition()
         yield from message_rows(
             fmt,
-            [m.value() for m in page],
-            where=lambda i: {
-                "topic": page[i].topic(),
-                "partition": page[i].partition(),
-                "offset": page[i].offset(),
-            },  # fmt: skip
+            values,
+            where=lambda i: {"topic": topic, "partition": part, "offset": offsets[i]},
             meta=lambda kept: {
-                KEY: [text_of(page[i].key()) for i in kept],
+                KEY: [text_of(keys[i]) for i in kept],
                 HEADERS: [_headers(page[i].headers()) for i in kept],
-                TOPIC: [page[i].topic() for i in kept],
-                PARTITION: [page[i].partition() for i in kept],
-                POSITION: [str(page[i].offset()) for i in kept],
+                TOPIC: [topic] * len(kept),
+                PARTITION: [part] * len(kept),
+                POSITION: [str(offsets[i]) for i in kept],
                 TIMESTAMP: [_micros(page[i].timestamp()) for i in kept],
             },
-            keys=[m.key() for m in page],
-            positions=[f"{m.offset():020d}" for m in page],  # a key's changes: one partition
+            keys=keys,
+            positions=[f"{o:020d}" for o in offsets],  # a key's changes: one partition
         )
 
 

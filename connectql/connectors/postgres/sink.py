@@ -10,11 +10,14 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 from pgpq import ArrowToPostgresBinaryEncoder
-from pyspark.sql.types import StructType
+from pgpq.encoders import StringEncoderBuilder
+from pgpq.schema import Jsonb
+from pyspark.sql.types import StringType, StructType
 
 from connectql.connectors.postgres.client import connect
 from connectql.connectors.postgres.options import SINK_OPTIONS, PostgresTables
 from connectql.connectors.postgres.types import created_type, pg_type
+from connectql.connectors.relational import declared
 from connectql.connectors.relational.sink import (
     IDLE_IN_TRANSACTION_S,
     SEQ_COLUMN,
@@ -32,9 +35,12 @@ REJECTED = (psycopg.errors.DataError, psycopg.errors.IntegrityError)
 
 
 def column_types(schema: StructType, where: str) -> dict[str, str]:
+    """The type each column is staged (and COPYed) as: its Spark type's, but jsonb for text a
+    source declared jsonb (a PostgreSQL jsonb column, a nested column written as JSON), whose
+    binary COPY form is its text (so the rows go straight into a jsonb column, uncast)."""
     out = {}
     for f in schema.fields:
-        t = pg_type(f.dataType)
+        t = "jsonb" if _is_jsonb(f) else pg_type(f.dataType)
         if t is None:
             raise PlanError(
                 f"{where}: column {f.name} has type {f.dataType.simpleString()}, which the"
@@ -42,6 +48,11 @@ def column_types(schema: StructType, where: str) -> dict[str, str]:
             )
         out[f.name] = t
     return out
+
+
+def _is_jsonb(field) -> bool:
+    d = declared.of(field)
+    return isinstance(field.dataType, StringType) and d == declared.Declared("postgres", "jsonb")
 
 
 # the target column types that take a sink type's binary COPY form as their own value (the
@@ -62,7 +73,8 @@ WHERE a.atttypid IS DISTINCT FROM c.ours::regtype AND NOT EXISTS (SELECT 1 FROM 
 
 # the target columns that do not take their staged column by assignment: text staged for a
 # column of another category (uuid, jsonb, inet, interval, an enum, ...: casts from text are
-# explicit), and numeric(38,18) staged for an unconstrained numeric (its trailing zeros trimmed)
+# explicit), numeric(38,18) staged for an unconstrained numeric (its trailing zeros trimmed),
+# and a declared jsonb column (cast whichever way it was staged)
 _CASTS = """
 SELECT c.name, format_type(a.atttypid, a.atttypmod),
   a.atttypid = 'numeric'::regtype AND c.ours LIKE 'numeric(%%'
@@ -73,7 +85,8 @@ JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
 WHERE (c.ours IN ('text', 'text[]') AND coalesce(e.typcategory, t.typcategory) <> 'S')
   OR (a.atttypid = 'numeric'::regtype AND a.atttypmod = -1 AND c.ours LIKE 'numeric(%%')
-"""
+  OR c.ours = 'jsonb'
+"""  # a ride's task, given rows without their declared types, stages such a column as text
 
 
 def copy_type(pg: str) -> str:
@@ -82,9 +95,12 @@ def copy_type(pg: str) -> str:
     return "timestamp[]" if pg == "timestamptz[]" else pg
 
 
-def copy_rows(conn, table: str, columns: str, batches, seq_from: int | None = None) -> int:
-    """COPY Arrow batches into `table` (`columns`, quoted) in COPY's binary format; with
-    `seq_from`, each row gets SEQ_COLUMN (seq_from, seq_from + 1, ...) last. Returns the rows."""
+def copy_rows(
+    conn, table: str, columns: str, batches, seq_from: int | None = None, jsonb=frozenset()
+) -> int:
+    """COPY Arrow batches into `table` (`columns`, quoted) in COPY's binary format (the
+    columns named in `jsonb` as jsonb); with `seq_from`, each row gets SEQ_COLUMN (seq_from,
+    seq_from + 1, ...) last. Returns the rows."""
     rows, encoder = 0, None
     batches = iter(batches)
     with conn.cursor().copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT binary)") as copy:
@@ -93,13 +109,24 @@ def copy_rows(conn, table: str, columns: str, batches, seq_from: int | None = No
                 seq = pa.array(range(seq_from + rows, seq_from + rows + rb.num_rows), pa.int64())
                 rb = rb.append_column(SEQ_COLUMN, seq)
             if encoder is None:
-                encoder = ArrowToPostgresBinaryEncoder(rb.schema)
+                encoder = _encoder(rb.schema, jsonb)
                 copy.write(encoder.write_header())
             copy.write(encoder.write_batch(rb))
             rows += rb.num_rows
         if encoder is not None:
             copy.write(encoder.finish())
     return rows
+
+
+def _encoder(schema: pa.Schema, jsonb) -> ArrowToPostgresBinaryEncoder:
+    if not jsonb:
+        return ArrowToPostgresBinaryEncoder(schema)
+    infer = ArrowToPostgresBinaryEncoder.infer_encoder
+    encoders = {
+        f.name: StringEncoderBuilder.new_with_output(f, Jsonb()) if f.name in jsonb else infer(f)
+        for f in schema
+    }
+    return ArrowToPostgresBinaryEncoder.new_with_encoders(schema, encoders)
 
 
 class Newest:
@@ -222,7 +249,11 @@ class PgTarget(Target):
         conn.execute(f"CREATE UNLOGGED TABLE {self.table(stage)} ({', '.join(defs)})")
         columns = self.columns([*self.names, SEQ_COLUMN])
         live = (rb for rb in batches if rb.num_rows)
-        return copy_rows(conn, self.table(stage), columns, live, first_seq)
+        return copy_rows(conn, self.table(stage), columns, live, first_seq, self.jsonb(types))
+
+    @staticmethod
+    def jsonb(types: dict[str, str]) -> frozenset[str]:
+        return frozenset(n for n, t in types.items() if t == "jsonb")
 
     def insert_direct(self, batches, first_seq: int) -> Direct | None:
         cols = target_columns(self.names, self.s.mode)
@@ -243,7 +274,11 @@ class PgTarget(Target):
                     self.check_epoch(conn, "a direct write")  # a worker that lost its lease
                     xid = conn.execute("SELECT txid_current() % 4294967296").fetchone()[0]
                     rows = copy_rows(
-                        conn, target, self.columns(cols), (b.select(cols) for b in newest)
+                        conn,
+                        target,
+                        self.columns(cols),
+                        (b.select(cols) for b in newest),
+                        jsonb=self.jsonb(types),
                     )
             except (*REJECTED, psycopg.errors.DatatypeMismatch, NotInsertOnly):
                 return None  # staging takes them (and casts what the target's types differ in)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from connectql.connectors.relational.declared import KEY
@@ -40,12 +41,22 @@ def written(batch: pa.RecordBatch) -> pa.RecordBatch:
     if not any(is_nested(f.type) for f in batch.schema):
         return batch
     columns = [
-        pa.array([_json(v, f.type) for v in col.to_pylist()], pa.string())
-        if is_nested(f.type)
-        else col
+        _json_column(col, f.type) if is_nested(f.type) else col
         for f, col in zip(batch.schema, batch.columns, strict=True)
     ]
     return pa.RecordBatch.from_arrays(columns, schema=as_written(batch.schema))
+
+
+def _json_column(col: pa.Array, t: pa.DataType) -> pa.Array:
+    """A nested column as JSON texts; a column of empty maps or lists (a broker's messages
+    without headers) at once, without a Python call per row."""
+    if not pat.is_struct(t):
+        offsets = col.offsets  # a map's lengths: list_value_length takes lists alone
+        empty = pc.equal(pc.subtract(offsets[1:], offsets[:-1]), 0)
+        if pc.all(pc.or_kleene(empty, pc.is_null(col))).as_py() is not False:
+            text = pa.scalar("{}" if pat.is_map(t) else "[]")
+            return pc.if_else(pc.is_null(col), pa.scalar(None, pa.string()), text)
+    return pa.array([_json(v, t) for v in col.to_pylist()], pa.string())
 
 
 def _json(value, t: pa.DataType) -> str | None:

@@ -162,6 +162,10 @@ def test_kafka_to_kafka_through_sql_with_dead_letters(worker, broker):
     copies = broker.records("sqlcopy")
     assert sorted(json.loads(m.value())["id"] for m in copies) == list(range(8))
     assert {m.key() for m in copies} >= {b"k0", b"k7"}  # the source's keys travel as keys
+    shown = wait_until(  # each partition's position, as of the last batch
+        lambda: dict(run(worker, "DESCRIBE CONNECTOR kin")[0].rows).get("position sqlin:1"), 30
+    )
+    assert shown == "4 (latest 4)", shown  # the bad record and 3 good ones
     letters = wait_until(
         lambda: read_parquet_rows(
             worker.home / "streams/kmsgs_dead", "SELECT raw_record, source_offset FROM t"

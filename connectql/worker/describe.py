@@ -94,6 +94,7 @@ def _connector(worker, name: str) -> Result:
         *zip(keys, rows[0], strict=True),
         ("checkpoint", worker.checkpoint_of(name)),
         ("runs as", _runs_as(worker, name)),
+        *_offsets(worker, name),
     ]
     if e.select_sql:
         props.append(("transform", e.select_sql))
@@ -103,6 +104,23 @@ def _connector(worker, name: str) -> Result:
         rows=[(k, _text(v)) for k, v in props],
         title=f"connector {name}",
     )
+
+
+def _offsets(worker, name: str) -> list[tuple[str, str]]:
+    """The source's committed and latest offsets (connector_offsets), and a partitioned
+    source's position in each partition ({"at": {"topic:0": 120, ...}}: Kafka's shape)."""
+    _, rows = worker.catalog.query(
+        "SELECT committed_offset, latest_offset FROM connector_offsets WHERE connector = ?", [name]
+    )
+    if not rows:
+        return []
+    committed, latest = (json.loads(v) if v else None for v in rows[0])
+    out = [("offset", json.dumps(committed)), ("latest offset", json.dumps(latest))]
+    at = committed.get("at") if isinstance(committed, dict) else None
+    if isinstance(at, dict):
+        newest = (latest or {}).get("at") or {}
+        out += [(f"position {k}", f"{v} (latest {newest.get(k, '?')})") for k, v in at.items()]
+    return out
 
 
 def _runs_as(worker, name: str) -> str:

@@ -364,6 +364,9 @@ def test_debezium_change_events_are_applied_to_a_postgres_table(worker, broker, 
               'bootstrap.servers' = '{broker.servers}', topic = 'dbz', format = 'debezium',
               'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'items_dead');
             CREATE SINK CONNECTOR items_pg TO postgres FROM items WITH ({conn}, table = 'items');
+            CREATE SINK CONNECTOR items_out TO kafka FROM items WITH (
+              'bootstrap.servers' = '{broker.servers}', topic = 'dbzout', format = 'debezium',
+              'auto.create' = true);
             """,
         )
         assert run(worker, "DESCRIBE STREAM items")[0].rows[2] == ("key", "id")
@@ -394,9 +397,29 @@ def test_debezium_change_events_are_applied_to_a_postgres_table(worker, broker, 
             what="the truncate's dead letter",
         )
         assert len(letters) == 1 and "op 't'" in letters[0][0]
+        # the change stream written back as Debezium events: a delete, then its tombstone
+        out = wait_until(lambda: _events(broker, "dbzout", 9), 60, what="the events written")
+        assert [(m.key(), e and e["op"]) for m, e in out] == [
+            (b'{"id": 1}', "r"), (b'{"id": 2}', "c"), (b'{"id": 3}', "c"), (b'{"id": 2}', "u"),
+            (b'{"id": 3}', "d"), (b'{"id": 3}', None), (b'{"id": 4}', "c"),
+            (b'{"id": 1}', "d"), (b'{"id": 1}', None),
+        ]  # fmt: skip
+        update, delete = out[3][1], out[4][1]
+        assert update["after"]["name"] == "TWO" and update["after"]["price"] == "9.99"
+        assert (delete["before"]["id"], delete["after"]) == (3, None)
+        assert update["source"] == {"db": "shop", "table": "items"}
     finally:
         run(worker, "DROP CONNECTOR IF EXISTS items_pg")
         pg_sql(pg_shared.conninfo(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _events(broker, topic, count):
+    """(message, its event or None for a tombstone) of a topic, in order, once there are
+    `count`."""
+    got = broker.records(topic, 0.3)
+    if len(got) < count:
+        return None
+    return [(m, json.loads(m.value()) if m.value() is not None else None) for m in got]
 
 
 def _rows_of(info, query):

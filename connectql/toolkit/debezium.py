@@ -102,6 +102,42 @@ def rows(values: Sequence[bytes | None], keys: Sequence[bytes | None], positions
     return pa.RecordBatch.from_arrays(arrays, schema=schema), dropped
 
 
+def events(rows: pa.Table | pa.RecordBatch, left_out: list[str]) -> list[bytes]:
+    """Each row as a Debezium change event without the schema envelope (a sink's format =
+    'debezium'): the row (less `left_out`, the change and message columns) as `after`, or as
+    `before` of a delete; `op` from __op (a row without one: 'c'), `ts_ms` from __ts_ms (else
+    now), `source` from __source (else {"connector": "connectql"})."""
+    from connectql.toolkit.messages import json_value
+
+    names = rows.schema.names
+    kept = [n for n in names if n not in left_out]
+    images = rows.select(kept).to_pylist()
+    ops = rows.column(OP).to_pylist() if OP in names else ["c"] * rows.num_rows
+    stamps = rows.column(TS_MS).to_pylist() if TS_MS in names else [None] * rows.num_rows
+    sources = rows.column(SOURCE).to_pylist() if SOURCE in names else [None] * rows.num_rows
+    now = int(datetime.now(timezone.utc).timestamp() * 1000)
+    out = []
+    for image, op, ts, source in zip(images, ops, stamps, sources, strict=True):
+        op = op or "c"
+        body = {
+            "before": image if op == "d" else None,
+            "after": None if op == "d" else image,
+            "source": _source(source),
+            "op": op,
+            "ts_ms": ts if ts is not None else now,
+        }
+        out.append(json.dumps(body, default=json_value, ensure_ascii=False).encode())
+    return out
+
+
+def _source(text: str | None) -> Any:
+    try:
+        found = json.loads(text) if text else None
+    except ValueError:
+        found = None
+    return found if isinstance(found, dict) else {"connector": "connectql"}
+
+
 def _checked(row: list, schema: pa.Schema) -> list:
     """The row's values, each proven to fit its column (a wrong type raises here, for this row
     alone, rather than in the column's array)."""

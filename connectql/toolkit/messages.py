@@ -55,8 +55,7 @@ MESSAGE_DDL = (
     f"`{KEY}` STRING, `{HEADERS}` MAP<STRING, STRING>, `{TOPIC}` STRING, `{PARTITION}` INT,"
     f" `{POSITION}` STRING, `{TIMESTAMP}` TIMESTAMP"
 )
-FORMATS = ("json", "text", "bytes")  # what a sink writes
-SOURCE_FORMATS = (*FORMATS, "debezium")  # what a source reads
+FORMATS = ("json", "text", "bytes", "debezium")  # what a source reads and a sink writes
 VALUE = "value"  # the one column of a text or bytes value
 INFER_MESSAGES = 1000  # messages a json schema is inferred from
 
@@ -66,7 +65,8 @@ def format_options(role: str) -> tuple[Option, ...]:
     if role == "sink":
         doc = (
             "json: each row as a JSON object (the message columns left out); text or bytes:"
-            " the row's `value` column as the message"
+            " the row's `value` column as the message; debezium: each row of a change stream"
+            " as a Debezium change event (before, after, op, ts_ms, source; no schema envelope)"
         )
         return (Option("format", "enum", "json", choices=FORMATS, doc=doc),)
     return (
@@ -74,7 +74,7 @@ def format_options(role: str) -> tuple[Option, ...]:
             "format",
             "enum",
             "json",
-            choices=SOURCE_FORMATS,
+            choices=FORMATS,
             doc="json: a JSON object per message, its fields the columns of `schema`; text: one"
             " `value STRING` column; bytes: one `value BINARY` column; debezium: Debezium's"
             " JSON change events (with or without the schema envelope), as a change stream:"
@@ -188,7 +188,9 @@ class ValueFormat:
 
     def check_rows(self, schema: pa.Schema, where: str) -> None:
         """A sink's check that its stream has what the format writes."""
-        if self.name != "json" and VALUE not in schema.names:
+        if self.name in ("json", "debezium"):
+            return
+        if VALUE not in schema.names:
             raise ValidationError(
                 f"{where}: format = '{self.name}' writes the column `{VALUE}`, which the stream"
                 " lacks"
@@ -231,6 +233,8 @@ class ValueFormat:
     def encode(self, rows: pa.Table | pa.RecordBatch) -> list[bytes | None]:
         """Each row as a message value (a sink): json objects of the columns other than the
         message columns, or the `value` column's text or bytes."""
+        if self.name == "debezium":
+            return debezium.events(rows, [*MESSAGE_COLUMNS, *debezium.CHANGE_SCHEMA.names])
         if self.name != "json":
             if VALUE not in rows.schema.names:
                 raise ValueError(f"format = '{self.name}' writes the column `{VALUE}`, not found")

@@ -7,7 +7,8 @@ a batch Spark replays finds its batch there and produces nothing, so each row is
 idempotent producer writes each task's rows and a replayed batch is written again.
 
 A row of a change stream whose __op is 'd' becomes a tombstone (its key, a null value), as
-compacted topics expect."""
+compacted topics expect; with format = 'debezium' it is a delete event and then a tombstone, as
+Debezium writes them."""
 
 from __future__ import annotations
 
@@ -187,10 +188,12 @@ class KafkaSink(Sink):
         topics_ = destinations(self.options, "topic", data)
         headers = column_values(data, HEADERS)
         deletes = column_values(data, OP)
+        events = self.format.name == "debezium"
         for i in range(data.num_rows):
-            value = None if deletes[i] == "d" else values[i]
-            given = [(k, message_bytes(v)) for k, v in headers[i] or ()]
-            yield str(topics_[i]), keys[i], value, given or None
+            given = [(k, message_bytes(v)) for k, v in headers[i] or ()] or None
+            if deletes[i] == "d" and events:  # Debezium's delete event, then its tombstone
+                yield str(topics_[i]), keys[i], values[i], given
+            yield str(topics_[i]), keys[i], None if deletes[i] == "d" else values[i], given
 
     def _keys(self, data: pa.Table) -> list[bytes | None]:
         columns = self._key_columns(data.schema)

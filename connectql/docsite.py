@@ -20,8 +20,8 @@ HELP_COLUMNS = "100"  # argparse wraps its help to the terminal: the same width 
 
 def region(key: str) -> str:
     """A region's text: 'options:common' (every connector's options), 'options:TYPE' (one
-    connector's), or 'connectors:PREFIX' (the built-in connectors, each linked to its page,
-    PREFIX/TYPE.md)."""
+    connector's), 'connectors:PREFIX' (the built-in connectors, each linked to its page,
+    PREFIX/TYPE.md) or 'settings' (the worker's settings)."""
     from connectql.connectors import registry
     from connectql.connectors.common import SOURCE_COMMON
     from connectql.connectors.docs import option_table
@@ -29,6 +29,10 @@ def region(key: str) -> str:
     kind, _, name = key.partition(":")
     if kind == "connectors":
         return connector_list(name)
+    if kind == "settings":
+        from connectql.worker.settings import WORKER_SETTINGS
+
+        return option_table(WORKER_SETTINGS).replace("| option |", "| setting |", 1) + "\n"
     if kind != "options":
         raise ValueError(f"unknown generated region {key!r}")
     if name == "common":

@@ -153,7 +153,7 @@ def test_kafka_to_kafka_through_sql_with_dead_letters(worker, broker):
         f"""
         CREATE SOURCE CONNECTOR kin FROM kafka INTO kmsgs WITH ('bootstrap.servers' = '{servers}',
           topic = 'sqlin', 'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'kmsgs_dead',
-          'poll.interval.ms' = 50);
+          'poll.interval.ms' = 50, key = 'id');
         CREATE SINK CONNECTOR kout TO kafka FROM kmsgs WITH ('bootstrap.servers' = '{servers}',
           topic = 'sqlcopy', 'auto.create' = true);
         """,
@@ -162,6 +162,7 @@ def test_kafka_to_kafka_through_sql_with_dead_letters(worker, broker):
     copies = broker.records("sqlcopy")
     assert sorted(json.loads(m.value())["id"] for m in copies) == list(range(8))
     assert {m.key() for m in copies} >= {b"k0", b"k7"}  # the source's keys travel as keys
+    assert dict(run(worker, "DESCRIBE STREAM kmsgs")[0].rows)["key"] == "id"  # key = 'id'
     shown = wait_until(  # each partition's position, as of the last batch
         lambda: dict(run(worker, "DESCRIBE CONNECTOR kin")[0].rows).get("position sqlin:1"), 30
     )

@@ -265,3 +265,70 @@ def test_a_killed_worker_loses_no_message(tmp_path, private_mosquitto, topic):
         lambda: publish(topic, range(half), url), lambda: publish(topic, range(half, KILL_TOTAL), url),
     )  # fmt: skip
     assert duplicated <= 2_000  # at most what was in flight (received, not yet acknowledged)
+
+
+class Mosquitto:
+    """A Mosquitto of the test's own with persistence, stopped and started again on its port:
+    sessions and their queued messages come back."""
+
+    def __init__(self, folder):
+        self.port, self.conf, self.proc = free_port(), folder / "mosquitto.conf", None
+        self.conf.write_text(
+            f"listener {self.port} 127.0.0.1\nuser root\nmax_queued_messages 0\n"
+            f"allow_anonymous true\npersistence true\npersistence_location {folder}/\n"
+        )
+        self.url = f"mqtt://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["mosquitto", "-c", str(self.conf)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(self._up, 30, what="mosquitto")
+
+    def _up(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+def test_a_broker_that_goes_away_shows_and_the_source_resumes(worker, tmp_path, topic):
+    """The source's broker stops: the connector shows RESTARTING naming it (paho alone would
+    reconnect in silence); started again, the session's messages published meanwhile arrive."""
+    broker = Mosquitto(tmp_path)
+    broker.start()
+    try:
+        session(topic, "cq-outage", broker.url)  # the broker keeps messages for it from now
+        publish(topic, range(50), broker.url)
+        retry = "'errors.retry.backoff.ms' = 300, 'errors.retry.max' = 50"
+        run(
+            worker,
+            f"""CREATE SOURCE CONNECTOR mgone FROM mqtt INTO gone WITH (url = '{broker.url}',
+              topic = '{topic}', 'client.id' = 'cq-outage', schema = 'id BIGINT, name STRING',
+              {retry})""",
+        )
+        ids = lambda: read_parquet_rows(worker.home / "streams/gone", "SELECT id FROM t") or []  # noqa: E731
+        wait_until(
+            lambda: len(ids()) >= 50, 120, what="the first messages",
+            diagnose=lambda: (worker.catalog.get_connector("mgone"), ids()[:3]),
+        )  # fmt: skip
+        broker.stop()
+        wait_until(
+            lambda: worker.catalog.get_connector("mgone").state == "RESTARTING", 60,
+            what="mgone RESTARTING",
+        )  # fmt: skip
+        assert f"127.0.0.1:{broker.port}" in worker.catalog.get_connector("mgone").last_error
+        broker.start()
+        publish(topic, range(50, 80), broker.url)
+        wait_until(lambda: {i for (i,) in ids()} == set(range(80)), 120, what="every message")
+        wait_until(lambda: worker.catalog.get_connector("mgone").state == "RUNNING", 60)
+    finally:
+        broker.stop()

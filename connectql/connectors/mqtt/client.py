@@ -24,9 +24,14 @@ def where(options: dict[str, Any]) -> str:
     return f"{parts.hostname or '127.0.0.1'}:{parts.port or 1883}"
 
 
-def connected(options: dict[str, Any], client_id: str, what: str, clean: bool = True, **kw):
+def connected(
+    options: dict[str, Any], client_id: str, what: str, clean: bool = True, on_message=None, **kw
+):
     """A paho client connected to the broker (its network loop running); Retryable when the
-    broker cannot be reached, a ValidationError naming the broker's refusal."""
+    broker cannot be reached, a ValidationError naming the broker's refusal. `on_message` is
+    set before connecting: a persistent session's queued messages come right after the broker's
+    CONNACK, and paho drops (unacknowledged, so never sent again on this connection) those that
+    arrive before a callback is set."""
     import paho.mqtt.client as mqtt
 
     parts = urlsplit(options.get("url") or DEFAULT_URL)
@@ -45,6 +50,8 @@ def connected(options: dict[str, Any], client_id: str, what: str, clean: bool = 
         answered.set()
 
     client.on_connect = on_connect
+    if on_message is not None:
+        client.on_message = on_message
     try:
         client.connect(parts.hostname or "127.0.0.1", parts.port or 1883, keepalive=30)
     except OSError as e:

@@ -14,7 +14,7 @@ from typing import Any
 
 from connectql.config import Option
 from connectql.connectors.mqtt.client import CONNECTION, connected, where
-from connectql.toolkit import Source, ValidationError
+from connectql.toolkit import Retryable, Source, ValidationError
 from connectql.toolkit.messages import (
     ValueFormat,
     format_options,
@@ -83,16 +83,29 @@ class MqttSource(SpooledSource, Source):
         """The client subscribed and the spooler running (once per driver process)."""
         if self._client is not None:
             return
+        self._stop = threading.Event()
         client = connected(
-            self.options, self._client_id(), "mqtt source", clean=False, manual_ack=True
+            self.options,
+            self._client_id(),
+            "mqtt source",
+            clean=False,
+            on_message=lambda _c, _u, message: self._received.put(message),
+            manual_ack=True,
         )
-        client.on_message = lambda _c, _u, message: self._received.put(message)
+        client.on_disconnect = self._lost
         client.subscribe(self.options["topic"], self.options["qos"])
-        self._client, self._stop, self._idle = client, threading.Event(), threading.Event()
+        self._client, self._idle = client, threading.Event()
         self._spooler = threading.Thread(target=self._spool_loop, name="mqtt-spool", daemon=True)
         self._spooler.start()
         # what the broker kept for the session is spooled first (so run = 'once' reads it)
         self._idle.wait(SETTLE_S)
+
+    def _lost(self, _client, _userdata, _flags, reason, _properties) -> None:
+        """The broker went away: paho would reconnect in silence, so the next look fails
+        instead, naming the broker (the connector shows RESTARTING; its restart connects
+        again, the persistent session keeping what was published meanwhile)."""
+        if not self._stop.is_set():
+            self._failed.append(Retryable(f"mqtt source: lost {where(self.options)}: {reason}"))
 
     def _spool_loop(self) -> None:
         """Received messages appended to the spool a group at a time, then acknowledged (the

@@ -77,12 +77,12 @@ def test_a_syntax_error_names_file_line_column_and_changes_nothing(tmp_path):
 def test_a_failing_statement_stops_the_script_and_is_named(tmp_path):
     script = tmp_path / "s.sql"
     script.write_text(
-        "CREATE STREAM a;\nCREATE SOURCE CONNECTOR x FROM kafka INTO a WITH ();\nCREATE STREAM c;\n"
+        "CREATE STREAM a;\nCREATE SOURCE CONNECTOR x FROM pulsar INTO a WITH ();\nCREATE STREAM c;\n"
     )
     r = connectql("run", str(script), home=tmp_path / "h")
     assert r.returncode == 1
     err = " ".join(r.stderr.split())
-    assert f"{script}:2: unknown connector type 'kafka'" in err and "known types:" in err
+    assert f"{script}:2: unknown connector type 'pulsar'" in err and "known types:" in err
     shown = connectql("sql", "SELECT name FROM streams ORDER BY name", home=tmp_path / "h").stdout
     assert "│ a" in shown and "│ c" not in shown
 

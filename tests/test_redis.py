@@ -104,8 +104,8 @@ def test_a_sink_adds_each_row_once_across_a_replay(spark, keys, tmp_path):
     run.batches(1)
     run.to_end()
     last = run.replay_last_batch()  # 1 or 2: a batch cut short by the stop may be folded
-    written = entries(out)
-    assert [json.loads(f["value"])["id"] for _id, f in written] == list(range(300))
+    written = entries(out)  # each row once (two batches folded into one may come in any order)
+    assert Counter(json.loads(f["value"])["id"] for _id, f in written) == Counter(range(300))
     assert written[7][1] == {"value": '{"id": 7, "name": "n7"}', "key": "k7", "h": "7"}
     progress = redis.Redis.from_url(URL).hgetall(PROGRESS.format(connector=""))
     assert int(progress[b"test"]) == last  # the writer's last batch id, recorded with its entries

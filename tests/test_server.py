@@ -262,16 +262,16 @@ BAD_REQUESTS = [
     (
         "POST",
         "/connectors",
-        {"name": "x", "config": {"connector.class": "kafka", "stream": "xs"}},
+        {"name": "x", "config": {"connector.class": "pulsar", "stream": "xs"}},
         400,
-        "unknown connector type 'kafka'",
+        "unknown connector type 'pulsar'",
     ),
     (
         "POST",
         "/connectors",
-        "CREATE SOURCE CONNECTOR x FROM kafka INTO xs WITH ()",
+        "CREATE SOURCE CONNECTOR x FROM pulsar INTO xs WITH ()",
         400,
-        "unknown connector type 'kafka'",
+        "unknown connector type 'pulsar'",
     ),
     (
         "POST",

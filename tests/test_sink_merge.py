@@ -198,8 +198,10 @@ def test_a_value_an_update_left_unchanged_is_kept(target):
 
 def test_an_upsert_never_reads_the_change_columns_it_does_not_stage():
     """The engine drops WriterSpec.unused before the writer, so Spark prunes those columns
-    from the stream's Parquet scan: an upsert stages __op and __pos only."""
+    from the stream's Parquet scan: an upsert stages __op and __pos only (and no message
+    column of a broker's change events: it keeps a replica of the rows)."""
     from connectql.connectors.postgres.sink import PostgresSink
+    from connectql.toolkit.messages import MESSAGE_COLUMNS
 
     opts = {"table": "t", "schema": "s", "auto.create": True, "auto.evolve": True}
 
@@ -208,5 +210,5 @@ def test_an_upsert_never_reads_the_change_columns_it_does_not_stage():
         sink.stream_key = ("id",)
         return SimpleNamespace(unused=tuple(sink.unread_columns()))
 
-    assert spec().unused == ("__ts_ms", "__source")
+    assert spec().unused == ("__ts_ms", "__source", *MESSAGE_COLUMNS)
     assert spec(mode="append").unused == ()

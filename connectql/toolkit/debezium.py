@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from connectql.toolkit.envelope import OP, POS, SOURCE, TS_MS
+from connectql.toolkit.jsontext import infer_ddl, json_value
 
 CHANGE_SCHEMA = pa.schema(
     [(OP, pa.string()), (TS_MS, pa.int64()), (POS, pa.string()), (SOURCE, pa.string())]
@@ -107,8 +108,6 @@ def events(rows: pa.Table | pa.RecordBatch, left_out: list[str]) -> list[bytes]:
     'debezium'): the row (less `left_out`, the change and message columns) as `after`, or as
     `before` of a delete; `op` from __op (a row without one: 'c'), `ts_ms` from __ts_ms (else
     now), `source` from __source (else {"connector": "connectql"})."""
-    from connectql.toolkit.messages import json_value
-
     names = rows.schema.names
     kept = [n for n in names if n not in left_out]
     images = rows.select(kept).to_pylist()
@@ -151,8 +150,6 @@ def image_ddl(
 ) -> tuple[str, tuple[str, ...]]:
     """Spark DDL of the row images of sampled events (from the envelope's schema when an event
     has one, else inferred from the images' JSON) and the key's columns (from the keys)."""
-    from connectql.toolkit.messages import infer_ddl
-
     images, ddl = [], None
     for value in sample:
         try:

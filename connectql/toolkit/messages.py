@@ -24,8 +24,6 @@ import io
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -34,7 +32,8 @@ import pyarrow.json as pajson
 from connectql.config import Option
 from connectql.errors import PlanError, ValidationError
 from connectql.toolkit import debezium
-from connectql.toolkit.ddl import arrow_schema, spark_ddl, spark_types
+from connectql.toolkit.ddl import arrow_schema, spark_ddl
+from connectql.toolkit.jsontext import infer_ddl, json_value, one_line
 from connectql.toolkit.source import RAW_BASE64, raw_text
 
 KEY, HEADERS, TOPIC, PARTITION, POSITION, TIMESTAMP = (
@@ -291,34 +290,6 @@ def column_values(rows: pa.Table, name: str) -> list:
     return rows.column(name).to_pylist() if name in rows.schema.names else [None] * rows.num_rows
 
 
-def json_value(value):
-    """json.dumps' default for the values Arrow gives: ISO dates and times, decimals as their
-    text, bytes as base64."""
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
-def infer_ddl(values: Sequence[bytes | None]) -> str:
-    """Spark DDL of json message values (a sample; those that are no JSON object are passed
-    over), as Spark types."""
-    body = b"\n".join(_one_line(v) for v in values if v and _is_object(v))
-    if not body:
-        raise ValueError("no message to infer the schema from")
-    return spark_ddl(spark_types(pajson.read_json(io.BytesIO(body)).schema))
-
-
-def _is_object(value: bytes) -> bool:
-    try:
-        return isinstance(json.loads(value), dict)
-    except ValueError:
-        return False
-
-
 def with_messages(values: pa.RecordBatch, meta: dict[str, list]) -> pa.RecordBatch:
     """The value columns and the message columns (`meta`: column -> values; a column not given
     is NULL, but headers: a message without any has an empty map, since Spark turns a column
@@ -358,18 +329,12 @@ def _texts(values, schema) -> tuple[pa.RecordBatch, list[Bad]]:
 def _json_batch(values: Sequence[bytes | None], schema: pa.Schema) -> pa.RecordBatch:
     body = b"\n".join(b"{}" if v is None else v for v in values)
     if body.count(b"\n") != len(values) - 1:  # a value spans lines: each on one first
-        body = b"\n".join(b"{}" if v is None else _one_line(v) for v in values)
+        body = b"\n".join(b"{}" if v is None else one_line(v) for v in values)
     options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     table = pajson.read_json(io.BytesIO(body), parse_options=options)
     if table.num_rows != len(values):
         raise ValueError(f"{table.num_rows} JSON objects in {len(values)} messages")
     return _one(table.select(schema.names).cast(schema), schema)
-
-
-def _one_line(value: bytes) -> bytes:
-    """A JSON text on one line (newlines between tokens are whitespace; inside strings JSON
-    has none)."""
-    return value.replace(b"\r\n", b" ").replace(b"\n", b" ")
 
 
 def _one(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:

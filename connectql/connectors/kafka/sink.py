@@ -28,6 +28,7 @@ from connectql.connectors.kafka.client import (
     where,
 )
 from connectql.toolkit import OP, Retryable, Sink, ValidationError
+from connectql.toolkit.jsontext import json_value
 from connectql.toolkit.messages import (
     HEADERS,
     KEY,
@@ -36,7 +37,6 @@ from connectql.toolkit.messages import (
     column_values,
     destinations,
     format_options,
-    json_value,
     message_bytes,
 )
 

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from connectql.connectors.relational.declared import KEY
-from connectql.toolkit.messages import json_value
+from connectql.toolkit.jsontext import json_value
 
 JSONB = {KEY.encode(): json.dumps({"postgres": "jsonb"}).encode()}  # a declared type's metadata
 

@@ -13,7 +13,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from connectql.errors import ValidationError
-from connectql.toolkit.messages import json_value
+from connectql.toolkit.jsontext import json_value
 
 SINK_FORMATS = ("parquet", "jsonl", "csv", "avro")
 COMPRESSIONS = ("none", "gzip", "zstd", "snappy")

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from datetime import datetime, timedelta
 
 import duckdb
 import pytest
@@ -326,3 +327,32 @@ def test_close_interrupts_a_read_another_thread_is_making(tmp_path):
     cat.close()
     reader.join(10)
     assert not reader.is_alive() and ended and ended != ["finished"], ended
+
+
+def test_rows_per_sec_is_the_flow_over_the_last_seconds_not_a_batch_s_speed(cat):
+    """A source trickling 100 records/s in small quick batches (40 rows every 0.4 s, an empty
+    batch between, each taking 20 ms) shows about 100/s: not 2,000/s (a batch's rows over its
+    duration), nor 0 after an empty batch; a lone long batch shows its rows over its time."""
+    cat.add_connector(ConnectorEntry("t", "source", "datagen", "s", {}))
+    cat.set_state("t", "STARTING", "t")
+    cat.set_state("t", "RUNNING", "t")
+    start = datetime(2026, 12, 7, 12, 0, 0)
+    for b in range(60):
+        cat.record_progress("t", {
+            "batch_id": b, "started_at": start + timedelta(seconds=0.2 * b), "duration_ms": 20,
+            "input_rows": 40 if b % 2 == 0 else 0, "input_rows_per_sec": 0.0,
+            "processed_rows_per_sec": 2000.0 if b % 2 == 0 else 0.0, "written_rows": 40 if b % 2 == 0 else 0,
+            "filtered_rows": 0, "dead_lettered_rows": 0, "end_offset": None, "latest_offset": None,
+        })  # fmt: skip
+        if b >= 55:
+            (rate,) = cat.query("SELECT rows_per_sec FROM connectors")[1][0]
+            assert 90 <= rate <= 110, (b, rate)  # 40 rows every 0.4 s: 100/s
+    cat.add_connector(ConnectorEntry("bulk", "source", "datagen", "s2", {}))
+    cat.set_state("bulk", "STARTING", "t")
+    cat.set_state("bulk", "RUNNING", "t")
+    one = {"batch_id": 0, "started_at": start, "duration_ms": 7000, "input_rows": 1_000_000,
+           "input_rows_per_sec": 0.0, "processed_rows_per_sec": 142857.0, "written_rows": 1_000_000,
+           "filtered_rows": 0, "dead_lettered_rows": 0, "end_offset": None, "latest_offset": None}  # fmt: skip
+    cat.record_progress("bulk", one)
+    rate = cat.query("SELECT rows_per_sec FROM connectors WHERE name = 'bulk'")[1][0][0]
+    assert round(rate) == 142857

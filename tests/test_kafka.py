@@ -468,3 +468,24 @@ def test_a_broker_that_goes_away_is_retried_and_the_sink_resumes(worker, tmp_pat
         wait_until(lambda: worker.catalog.get_connector("kaway").state == "RUNNING", 60)
     finally:
         server.stop()
+
+
+def test_a_sink_of_several_streams_writes_each_to_its_own_topic(worker, broker):
+    """streams = 'sev_*' with topic = 'sev.${stream}': one kafka sink, a topic per stream
+    (made by auto.create), each stream's rows once."""
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR ga FROM datagen INTO sev_a WITH ('rows.total' = 300,
+          fields = 'id BIGINT SEQUENCE(1)', run = 'once');
+        CREATE SOURCE CONNECTOR gb FROM datagen INTO sev_b WITH ('rows.total' = 200,
+          fields = 'id BIGINT SEQUENCE(1)', run = 'once');
+        CREATE SINK CONNECTOR sev TO kafka WITH ('bootstrap.servers' = '{broker.servers}',
+          streams = 'sev_*', topic = 'sev.${{stream}}', 'auto.create' = true, run = 'once');
+        """,
+    )
+    worker.wait_for_once()
+    assert worker.catalog.get_connector("sev").state == "FINISHED"
+    for topic, n in (("sev.sev_a", 300), ("sev.sev_b", 200)):
+        ids = [json.loads(m.value())["id"] for m in broker.records(topic)]
+        assert sorted(ids) == list(range(1, n + 1)), topic

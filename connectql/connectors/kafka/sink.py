@@ -80,6 +80,7 @@ SINK_OPTIONS = (
 class KafkaSink(Sink):
     options = SINK_OPTIONS
     delivery = "exactly-once"
+    several = True  # streams = 'shop_*' with topic = 'shop.${table}': a topic per stream
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)

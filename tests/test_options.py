@@ -651,6 +651,7 @@ AUDIT |= {
     "kafka sink topic.partitions": _KAFKA_SINK,
     "kafka sink topic.replication": _KAFKA_SETTINGS,
     "kafka sink marker.topic": _KAFKA_ROUTES,
+    "kafka sink streams": _KAFKA + "test_a_sink_of_several_streams_writes_each_to_its_own_topic",
     "kafka sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
 }
 _RETENTION = "test_retention.py::"

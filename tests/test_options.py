@@ -616,6 +616,15 @@ AUDIT |= {
     "rabbitmq sink format": _RABBIT_SINK,
     "rabbitmq sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
 }
+_DELTA = "test_delta.py::"
+AUDIT |= {
+    "delta sink path": _DELTA + "test_append_writes_each_row_once_across_a_replay",
+    "delta sink partition.by": _DELTA + "test_append_writes_each_row_once_across_a_replay",
+    "delta sink key": _DELTA + "test_upsert_applies_each_keys_last_change",
+    "delta sink mode": _DELTA + "test_postgres_cdc_into_a_delta_table",
+    "delta sink streams": _DELTA + "test_a_sink_of_several_streams_writes_a_table_each",
+    "delta sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
+}
 _KAFKA = "test_kafka.py::"
 _KAFKA_READ = _KAFKA + "test_a_source_reads_each_record_once_across_stops_and_a_replay"
 _KAFKA_SQL = _KAFKA + "test_kafka_to_kafka_through_sql_with_dead_letters"

@@ -31,6 +31,7 @@ BUILTINS: tuple[str, ...] = (
     "connectql.connectors.mqtt:CONNECTOR",
     "connectql.connectors.rabbitmq:CONNECTOR",
     "connectql.connectors.kafka:CONNECTOR",
+    "connectql.connectors.delta:CONNECTOR",
 )
 
 

@@ -84,12 +84,14 @@ def test_postgres_cdc_into_a_delta_table(worker, pg_logical, cdc_dbs, tmp_path):
     pg_sql(src_info, "UPDATE items SET name = 'changed' WHERE id % 7 = 0")
     pg_sql(src_info, "DELETE FROM items WHERE id % 11 = 0")
     pg_sql(src_info, "INSERT INTO items VALUES (1000, 'late', 9.99)")
-    want = sorted(
-        (i, n, str(p)) for i, n, p in pg_sql(src_info, "SELECT id, name, price FROM items")
-    )
+    pg_sql(src_info, "ALTER TABLE items ADD COLUMN note text")  # the table gains a column
+    pg_sql(src_info, "UPDATE items SET note = 'noted' WHERE id = 1000")
+    query = "SELECT id, name, price, note FROM items"
+    want = sorted((i, n, str(p), t) for i, n, p, t in pg_sql(src_info, query))
 
     def same():
-        return sorted((r["id"], r["name"], str(r["price"])) for r in rows_of(path)) == want
+        got = [(r["id"], r["name"], str(r["price"]), r.get("note")) for r in rows_of(path)]
+        return sorted(got) == want
 
     wait_until(same, 120, what="the table equal to the source")
 

@@ -76,10 +76,10 @@ class DeltaSink(Sink):
         self._table(self._written(schema), f"sink connector '{self.connector}'")
 
     def _table(self, schema: pa.Schema, where: str):
-        """The Delta table, created from `schema` when missing; one whose columns differ in
-        name is refused."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
+        """The Delta table, created from `schema` when missing; the columns the stream has
+        and the table lacks (a source table that gained one) are added to it."""
+        from deltalake import DeltaTable, Field
+        from deltalake.exceptions import DeltaError, TableNotFoundError
 
         try:
             table = DeltaTable(self.path)
@@ -91,11 +91,15 @@ class DeltaSink(Sink):
                 self.path, _plain(schema), partition_by=parts or None, mode="ignore"
             )
         have = set(pa.schema(table.schema().to_arrow()).names)
-        missing = [n for n in schema.names if n not in have]
+        missing = [pa.field(f.name, f.type) for f in schema if f.name not in have]
         if missing:
-            raise ValidationError(
-                f"{where}: the Delta table at {self.path} has no column {', '.join(missing)}"
-            )
+            try:
+                table.alter.add_columns([Field.from_arrow(f) for f in missing])
+            except (DeltaError, ValueError) as e:
+                names = ", ".join(f.name for f in missing)
+                raise ValidationError(
+                    f"{where}: cannot add {names} to the Delta table at {self.path}: {e}"
+                ) from None
         return table
 
     def last_batch(self, writer: str) -> int | None:

@@ -625,6 +625,17 @@ AUDIT |= {
     "delta sink streams": _DELTA + "test_a_sink_of_several_streams_writes_a_table_each",
     "delta sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
 }
+_ICE = "test_iceberg.py::"
+AUDIT |= {
+    "iceberg sink catalog.uri": _ICE + "test_postgres_cdc_into_an_iceberg_table",
+    "iceberg sink catalog.name": _ICE + "test_append_writes_each_row_once_across_a_replay",
+    "iceberg sink warehouse": _ICE + "test_postgres_cdc_into_an_iceberg_table",
+    "iceberg sink table": _ICE + "test_a_sink_of_several_streams_writes_a_table_each",
+    "iceberg sink mode": _ICE + "test_postgres_cdc_into_an_iceberg_table",
+    "iceberg sink key": _ICE + "test_upsert_applies_each_keys_last_change",
+    "iceberg sink streams": _ICE + "test_a_sink_of_several_streams_writes_a_table_each",
+    "iceberg sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
+}
 _KAFKA = "test_kafka.py::"
 _KAFKA_READ = _KAFKA + "test_a_source_reads_each_record_once_across_stops_and_a_replay"
 _KAFKA_SQL = _KAFKA + "test_kafka_to_kafka_through_sql_with_dead_letters"

@@ -32,6 +32,7 @@ BUILTINS: tuple[str, ...] = (
     "connectql.connectors.rabbitmq:CONNECTOR",
     "connectql.connectors.kafka:CONNECTOR",
     "connectql.connectors.delta:CONNECTOR",
+    "connectql.connectors.iceberg:CONNECTOR",
 )
 
 

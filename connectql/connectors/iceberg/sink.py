@@ -1,0 +1,172 @@
+"""The iceberg sink: a stream into an Apache Iceberg table through pyiceberg (no Spark jar), its
+catalog a SQL catalog (`catalog.uri`: SQLite for one machine, PostgreSQL for shared use). Each
+micro-batch is one Iceberg transaction whose snapshots record the writer and the batch id in their
+summary (`connectql.writer`, `connectql.batch`): a batch Spark replays after a crash finds its id
+in the table's snapshots (`last_batch`) and is skipped; the data and the record are committed
+together or not at all.
+
+`mode = 'append'` adds every row; `mode = 'upsert'` applies a change stream by its key: the rows
+of each key changed in the batch are deleted and each key's last change (by __pos) that is not a
+delete is appended, in one transaction (copy-on-write)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from connectql.config import Option
+from connectql.connectors.lake import MODE_OPTIONS, Layout
+from connectql.toolkit import Sink, ValidationError
+
+WRITER, BATCH = "connectql.writer", "connectql.batch"  # a snapshot summary's properties
+_POOLED = threading.Lock()
+
+
+@contextlib.contextmanager
+def pooled() -> Iterator[None]:
+    """pyiceberg's work inside, on a thread pool of its own that is shut down after (pyiceberg
+    keeps one pool for the process's life otherwise, whose threads outlive the connector).
+    One at a time in a process: the pool is pyiceberg's global."""
+    from pyiceberg.utils.concurrent import ExecutorFactory
+
+    with _POOLED, ThreadPoolExecutor(ExecutorFactory.max_workers()) as pool:
+        ExecutorFactory._instance, ExecutorFactory._instance_pid = pool, os.getpid()
+        try:
+            yield
+        finally:
+            ExecutorFactory._instance = None
+
+
+SINK_OPTIONS = (
+    Option(
+        "catalog.uri",
+        required=True,
+        doc="the SQL catalog's SQLAlchemy URL, e.g. 'sqlite:////data/lake/catalog.db' (one"
+        " machine) or 'postgresql+psycopg://user@host/db' (shared)",
+    ),
+    Option(
+        "catalog.name",
+        default="connectql",
+        doc="the catalog's name in the SQL catalog's tables (a reader opens it by this name)",
+    ),
+    Option(
+        "warehouse",
+        required=True,
+        doc="where the tables' files go: a directory (a path or file:// URL)",
+    ),
+    Option(
+        "table",
+        required=True,
+        doc="namespace.name of the table (created from the stream's schema when missing)",
+    ),
+    *MODE_OPTIONS,
+)
+
+
+class IcebergSink(Sink):
+    options = SINK_OPTIONS
+    delivery = "exactly-once"
+    several = True  # streams = 'shop_*' with table = 'shop.${table}': a table per stream
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.name = options["table"]
+        if "." not in self.name:
+            raise ValidationError(f"iceberg sink: table must be namespace.name, not {self.name!r}")
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.options, self.stream_key)
+
+    def _catalog(self):
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        warehouse = self.options["warehouse"]
+        if "://" not in warehouse:
+            warehouse = f"file://{warehouse}"
+        name = self.options.get("catalog.name") or "connectql"
+        return SqlCatalog(name, uri=self.options["catalog.uri"], warehouse=warehouse)
+
+    def check(self, schema: pa.Schema) -> None:
+        where = f"iceberg sink into {self.name}"
+        self.layout.check(schema, where)
+        with pooled():
+            self._table(self.layout.written(schema), where)
+
+    def open(self, writer: str, schema: pa.Schema) -> None:
+        with pooled():
+            self._table(self.layout.written(schema), f"sink connector '{self.connector}'")
+
+    def _table(self, schema: pa.Schema, where: str):
+        """The table, created (with its namespace) from `schema` when missing; columns the
+        stream has and the table lacks are added by Iceberg schema evolution."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        catalog = self._catalog()
+        try:
+            table = catalog.load_table(self.name)
+        except NoSuchTableError:
+            catalog.create_namespace_if_not_exists(self.name.rsplit(".", 1)[0])
+            return catalog.create_table_if_not_exists(self.name, schema=schema)
+        have = {f.name for f in table.schema().fields}
+        missing = [f for f in schema if f.name not in have]
+        if missing:
+            with table.update_schema() as update:
+                update.union_by_name(pa.schema(missing))
+        return catalog.load_table(self.name)
+
+    def last_batch(self, writer: str) -> int | None:
+        with pooled():
+            table = self._catalog().load_table(self.name)
+        found = [
+            int(s.summary.additional_properties[BATCH])
+            for s in table.snapshots()
+            if s.summary is not None and s.summary.additional_properties.get(WRITER) == writer
+        ]
+        return max(found) if found else None
+
+    def write(self, writer: str, batch_id: int, data: pa.Table) -> None:
+        with pooled():
+            self._write(writer, batch_id, data)
+
+    def _write(self, writer: str, batch_id: int, data: pa.Table) -> None:
+        marks = {WRITER: writer, BATCH: str(batch_id)}
+        layout = self.layout
+        table = self._catalog().load_table(self.name)
+        columns = table.schema().as_arrow()
+        with table.transaction() as tx:
+            if layout.mode == "append":
+                rows = data.cast(layout.written(data.schema))
+                tx.append(_as(rows, columns), snapshot_properties=marks)
+                return
+            last, live = layout.changes(data)
+            tx.delete(_keys_in(last, layout.key), snapshot_properties=marks)
+            if live.num_rows:
+                tx.append(_as(live, columns), snapshot_properties=marks)
+
+
+def _as(rows: pa.Table, columns: pa.Schema) -> pa.Table:
+    """The rows as the table holds them: its columns, in its order and types (a column the
+    rows lack: NULL)."""
+    n = rows.num_rows
+    arrays = [
+        rows.column(f.name).cast(f.type) if f.name in rows.schema.names else pa.nulls(n, f.type)
+        for f in columns
+    ]
+    return pa.Table.from_arrays(arrays, schema=columns)
+
+
+def _keys_in(rows: pa.Table, key: list[str]):
+    """A row filter matching the rows' keys."""
+    from pyiceberg.expressions import And, EqualTo, In, Or
+
+    if len(key) == 1:
+        return In(key[0], rows.column(key[0]).to_pylist())
+    matches = [And(*(EqualTo(k, r[k]) for k in key)) for r in rows.select(key).to_pylist()]
+    return matches[0] if len(matches) == 1 else Or(*matches)

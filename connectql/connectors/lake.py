@@ -1,0 +1,75 @@
+"""What the table-format sinks (delta, iceberg) share: the mode (append, or a change stream
+upserted by key), the columns a table gets, and each key's last change of a batch."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connectql.config import Option
+from connectql.toolkit import ValidationError
+from connectql.toolkit.envelope import META_COLUMNS, OP, POS
+from connectql.toolkit.messages import MESSAGE_COLUMNS
+
+MODE_OPTIONS = (
+    Option(
+        "mode",
+        "enum",
+        choices=("append", "upsert"),
+        doc="append: every row is added; upsert: a change stream applied by its key (updates,"
+        " inserts, deletes); default: upsert when the stream has a key, else append",
+    ),
+    Option("key", doc="the columns a row is matched by in upsert mode (default: the stream's key)"),
+)
+
+
+class Layout:
+    """A table sink's mode and key, from its options and its stream's key."""
+
+    def __init__(self, options: dict, stream_key: tuple[str, ...]):
+        given = options.get("key")
+        self.key = [c.strip() for c in given.split(",") if c.strip()] if given else list(stream_key)
+        self.mode = options.get("mode") or ("upsert" if self.key else "append")
+
+    def check(self, schema: pa.Schema, where: str) -> None:
+        if self.mode != "upsert":
+            return
+        if not self.key:
+            raise ValidationError(f"{where}: mode = 'upsert' needs a key (key = '...')")
+        missing = [c for c in self.key if c not in schema.names]
+        if missing:
+            raise ValidationError(f"{where}: key column {', '.join(missing)} is not in the stream")
+
+    def written(self, schema: pa.Schema) -> pa.Schema:
+        """The table's columns (no field metadata): an upsert leaves the change and message
+        columns out."""
+        left_out = {*META_COLUMNS, *MESSAGE_COLUMNS} if self.mode == "upsert" else set()
+        return pa.schema(
+            [pa.field(f.name, f.type, f.nullable) for f in schema if f.name not in left_out]
+        )
+
+    def changes(self, rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """An upsert batch as (each key's last change, its live rows: those not deleted, in
+        the table's columns)."""
+        last = last_per_key(rows, self.key)
+        live = (
+            last.filter(pc.invert(pc.fill_null(pc.equal(last.column(OP), "d"), False)))
+            if OP in last.schema.names
+            else last
+        )
+        return last, live.select(self.written(rows.schema).names).cast(self.written(rows.schema))
+
+
+def last_per_key(rows: pa.Table, key: list[str]) -> pa.Table:
+    """Each key's last change of the batch (by __pos, else row order)."""
+    numbered = rows.append_column("__row", pa.array(range(rows.num_rows), pa.int64()))
+    order = "__row"
+    if POS in rows.schema.names:
+        order = "__pos_order"
+        ranks = pc.rank(numbered.column(POS), sort_keys="ascending", tiebreaker="first")
+        numbered = numbered.append_column(order, ranks)
+    last = numbered.group_by(key, use_threads=False).aggregate([(order, "max")])
+    picked = numbered.join(
+        last.rename_columns([*key, order]), keys=[*key, order], join_type="inner"
+    )
+    return picked.drop_columns([c for c in ("__row", "__pos_order") if c in picked.schema.names])

@@ -15,9 +15,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from connectql.connectors.iceberg.sink import IcebergSink, pooled
 from connectql.toolkit.testing import SinkRun, options_of
-from tests.helpers import run, wait_until
-from tests.pgserver import pg_sql
-from tests.test_postgres import cdc_dbs, connection  # noqa: F401 (fixture)
+from tests.helpers import run
+from tests.lakes import CHANGE_BATCHES, CHANGE_SCHEMA, CHANGED, cdc_into
+from tests.test_postgres import cdc_dbs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.spark
 
@@ -59,58 +59,24 @@ def test_append_writes_each_row_once_across_a_replay(spark, tmp_path):
 
 
 def test_upsert_applies_each_keys_last_change(spark, tmp_path):
-    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("__op", pa.string()),
-                        ("__pos", pa.string())])  # fmt: skip
     options = {**lake(tmp_path), "table": "shop.items", "key": "id"}
-    run = SinkRun(IcebergSink, options, tmp_path, schema)
-    run.add([{"id": i, "name": f"n{i}", "__op": "r", "__pos": "0"} for i in range(10)])
-    run.add([  # out of __pos order in one batch: the newest per key wins
-        {"id": 1, "name": "late", "__op": "u", "__pos": "3"},
-        {"id": 1, "name": "early", "__op": "u", "__pos": "2"},
-        {"id": 2, "name": None, "__op": "d", "__pos": "2"},
-        {"id": 3, "name": "gone", "__op": "u", "__pos": "2"},
-        {"id": 3, "name": None, "__op": "d", "__pos": "4"},
-        {"id": 20, "name": "new", "__op": "c", "__pos": "5"},
-    ])  # fmt: skip
+    run = SinkRun(IcebergSink, options, tmp_path, CHANGE_SCHEMA)
+    for batch in CHANGE_BATCHES:
+        run.add(batch)
     run.to_end()
     run.replay_last_batch()
-    got = sorted((r["id"], r["name"]) for r in rows_of(options, "shop.items"))
-    want = sorted(
-        [(i, f"n{i}") for i in range(10) if i not in (1, 2, 3)] + [(1, "late"), (20, "new")]
-    )
-    assert got == want
-    assert set(rows_of(options, "shop.items")[0]) == {"id", "name"}  # no change columns
+    got = rows_of(options, "shop.items")
+    assert sorted((r["id"], r["name"]) for r in got) == CHANGED
+    assert set(got[0]) == {"id", "name"}  # no change columns
 
 
 def test_postgres_cdc_into_an_iceberg_table(worker, pg_logical, cdc_dbs, tmp_path):  # noqa: F811
-    (src, src_info), _ = cdc_dbs
-    pg_sql(src_info, "CREATE TABLE items (id int PRIMARY KEY, name text, price numeric(10,2))")
-    pg_sql(src_info, "INSERT INTO items SELECT g, 'n' || g, g * 1.5 FROM generate_series(1, 500) g")
     options = lake(tmp_path)
-    run(
-        worker,
-        f"""
-        CREATE SOURCE CONNECTOR pgsrc FROM postgres INTO pgitems WITH (
-          {connection(pg_logical, src)}, table = 'items', mode = 'cdc');
-        CREATE SINK CONNECTOR lake TO iceberg FROM pgitems WITH (
-          'catalog.uri' = '{options["catalog.uri"]}', warehouse = '{options["warehouse"]}',
-          table = 'shop.items', mode = 'upsert');
-        """,
+    sink = (
+        f"TO iceberg FROM pgitems WITH ('catalog.uri' = '{options['catalog.uri']}',"
+        f" warehouse = '{options['warehouse']}', table = 'shop.items', mode = 'upsert')"
     )
-    wait_until(lambda: len(rows_of(options, "shop.items") or []) == 500, 120, what="the snapshot")
-    pg_sql(src_info, "UPDATE items SET name = 'changed' WHERE id % 7 = 0")
-    pg_sql(src_info, "DELETE FROM items WHERE id % 11 = 0")
-    pg_sql(src_info, "INSERT INTO items VALUES (1000, 'late', 9.99)")
-    pg_sql(src_info, "ALTER TABLE items ADD COLUMN note text")  # the table gains a column
-    pg_sql(src_info, "UPDATE items SET note = 'noted' WHERE id = 1000")
-    query = "SELECT id, name, price, note FROM items"
-    want = sorted((i, n, str(p), t) for i, n, p, t in pg_sql(src_info, query))
-
-    def same():
-        got = rows_of(options, "shop.items") or []
-        return sorted((r["id"], r["name"], str(r["price"]), r.get("note")) for r in got) == want
-
-    wait_until(same, 120, what="the table equal to the source")
+    cdc_into(worker, pg_logical, cdc_dbs, sink, lambda: rows_of(options, "shop.items"))
 
 
 def test_a_sink_of_several_streams_writes_a_table_each(worker, tmp_path):

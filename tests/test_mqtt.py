@@ -116,17 +116,17 @@ def test_mqtt_to_mqtt_through_sql_with_dead_letters(worker, topic):
     listener.on_message = lambda _c, _u, m: got.append(m.payload)
     listener.subscribe(f"{topic}/out", 1)
     try:
+        client_id = f"cq-sql-{topic.rsplit('/', 1)[-1]}"
+        session(f"{topic}/in", client_id)  # the broker keeps what is published from now on
         run(
             worker,
             f"""
             CREATE SOURCE CONNECTOR min FROM mqtt INTO msgs WITH (url = '{URL}',
-              topic = '{topic}/in', schema = 'id BIGINT, name STRING',
+              topic = '{topic}/in', schema = 'id BIGINT, name STRING', 'client.id' = '{client_id}',
               'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'msgs_dead');
             CREATE SINK CONNECTOR mout TO mqtt FROM msgs WITH (url = '{URL}', topic = '{topic}/out');
             """,
         )
-        wait_until(lambda: worker.catalog.get_connector("min").state == "RUNNING", 60)
-        time.sleep(3)  # subscribed (its first micro-batch)
         publish(f"{topic}/in", range(5))
         c = client()
         c.publish(f"{topic}/in", b"not json", 1).wait_for_publish(10)

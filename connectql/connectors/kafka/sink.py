@@ -135,18 +135,22 @@ class KafkaSink(Sink):
 
         txn = f"connectql.{writer}.{task}"
         producer = self._producer(txn)
+        group = _marker_group(self.options, txn)  # the task's batch ids, as its offsets
         try:
-            if (_done(self.options, txn, self._marker()) or -1) >= batch_id:
+            if (_done(group, self._marker()) or -1) >= batch_id:
                 return 0  # a replay: this task's rows are in Kafka already
             producer.begin_transaction()
             written = self._produce(data, producer)
             marker = _marker_offset(self._marker(), batch_id)
-            producer.send_offsets_to_transaction([marker], _group(self.options, txn), TIMEOUT_S)
+            metadata = group.consumer_group_metadata()
+            producer.send_offsets_to_transaction([marker], metadata, TIMEOUT_S)
             producer.commit_transaction(TIMEOUT_S)
             return written
         except KafkaException as e:
             _abort(producer)
             raise failed("kafka sink", self.options, e) from None
+        finally:
+            group.close()
 
     def _producer(self, txn: str | None):
         from confluent_kafka import KafkaException, Producer
@@ -209,30 +213,19 @@ class KafkaSink(Sink):
         return None  # the marker groups are small; Kafka expires idle groups by itself
 
 
-def _group(options: dict[str, Any], group: str):
-    """The group metadata a transaction commits offsets for (a consumer made for it)."""
+def _marker_group(options: dict[str, Any], group: str):
+    """A consumer of a task's marker group: its committed offset is the task's last batch id,
+    its metadata what the transaction commits the next one for."""
     from confluent_kafka import Consumer
 
-    consumer = Consumer(settings(options, **{"group.id": group}))
-    try:
-        return consumer.consumer_group_metadata()
-    finally:
-        consumer.close()
+    return Consumer(settings(options, **{"group.id": group, "isolation.level": "read_committed"}))
 
 
-def _done(options: dict[str, Any], group: str, topic: str) -> int | None:
-    """The last batch id committed for a task's group, or None."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+def _done(group, topic: str) -> int | None:
+    """The last batch id committed for a task's marker group, or None."""
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer(
-        settings(options, **{"group.id": group, "isolation.level": "read_committed"})
-    )
-    try:
-        found = consumer.committed([TopicPartition(topic, 0)], timeout=TIMEOUT_S)[0]
-    except KafkaException as e:
-        raise failed("kafka sink", options, e) from None
-    finally:
-        consumer.close()
+    found = group.committed([TopicPartition(topic, 0)], timeout=TIMEOUT_S)[0]
     return found.offset - 1 if found.offset > 0 else None
 
 

@@ -241,7 +241,7 @@ def test_kafka_settings_reach_the_client(spark, broker, tmp_path):
         run.to_end()
 
 
-KILL_TOTAL = 40_000
+KILL_TOTAL = 20_000
 KILL_SCRIPT = """
 CREATE SOURCE CONNECTOR IF NOT EXISTS kin FROM kafka INTO kmsgs WITH (
   'bootstrap.servers' = '{servers}', topic = 'killed', schema = 'id BIGINT, name STRING',

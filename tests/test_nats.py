@@ -268,7 +268,7 @@ def test_a_user_and_password_reach_a_server_that_asks_and_stay_secret(worker, na
     assert f"nope-{password[:4]}" not in str(refused.value)
 
 
-KILL_TOTAL = 40_000
+KILL_TOTAL = 20_000
 KILL_SCRIPT = """
 CREATE SOURCE CONNECTOR IF NOT EXISTS nin FROM nats INTO msgs WITH (url = '{url}',
   subject = '{subject}', schema = 'id BIGINT, name STRING', 'batch.max.records' = 2000);

@@ -208,7 +208,7 @@ def test_redis_to_redis_through_sql_with_dead_letters(worker, keys):
     assert not client.exists(PROGRESS.format(connector="rout"))
 
 
-KILL_TOTAL = 60_000
+KILL_TOTAL = 30_000
 KILL_SCRIPT = """
 CREATE SOURCE CONNECTOR IF NOT EXISTS rin FROM redis INTO msgs WITH (url = '{url}',
   key = '{src}', schema = 'id BIGINT, name STRING', 'batch.max.records' = 2000);

@@ -426,8 +426,16 @@ class Catalog:
             )
             return True
 
+    def set_tables(self, name: str, tables: tuple[str, ...]) -> None:
+        """The tables connector `name` reads (a source's) or its streams (a sink's)."""
+        self.execute(
+            "UPDATE connectors SET tables = ?, updated_at = ? WHERE name = ?",
+            [json.dumps(list(tables)), now(), name],
+        )
+
     def clear_failed_tables(self, name: str) -> None:
-        """Every table of source `name` is to be read again (its offsets were reset)."""
+        """Every table of source `name` is to be read again (its offsets were reset), or every
+        stream of sink `name` (RESTART CONNECTOR)."""
         self.execute("UPDATE connectors SET tables_failed = NULL WHERE name = ?", [name])
 
     def log_event(self, name: str, state: str, reason: str) -> None:

@@ -22,6 +22,11 @@ def patterns(table: str | None) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
+def matches(name: str, items: tuple[str, ...]) -> bool:
+    """Whether `name` is one of the items or matches one of their patterns (as `matching`)."""
+    return any(fnmatch.fnmatchcase(name, item.replace("%", "*")) for item in items)
+
+
 def matching(names: list[str], items: tuple[str, ...], where: str) -> list[str]:
     """The names (a schema's tables) the items match (a name, or a pattern: * or % any text,
     ? one character), in the order of the items, then by name; a PlanError naming an item

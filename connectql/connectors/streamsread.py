@@ -20,9 +20,12 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 
 from connectql.catalog.streams import local_path, log_files
 from connectql.toolkit.packed import ROWS_COLUMN, STREAM_COLUMN, ipc_bytes
+from connectql.toolkit.spark import last_committed_end, last_planned_end
 
 FORMAT = "connectql_streams"
 STREAMS_OPTION = "connectql.streams"  # JSON {stream name: its folder}, in reading order
+HELD_OPTION = "connectql.streams.held"  # JSON [stream name]: streams stopped alone, not read
+HOLDS_OPTION = "connectql.streams.holds"  # the file of where held streams go on from
 COUNT_COLUMN = "__count"  # the rows in ROWS_COLUMN (Spark counts a row group as one row)
 SCHEMA = StructType(
     [
@@ -116,10 +119,15 @@ class Files(InputPartition):
 
 
 class StreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are {stream: last log batch read}."""
+    """Offsets are {stream: last log batch read}. A held stream (stopped alone: its target
+    refused its rows) is not read and its offset is {"held": n}, n where it goes on from once
+    no longer held (see hold())."""
 
     def __init__(self, options: dict[str, str]):
         self.paths: dict[str, str] = json.loads(options[STREAMS_OPTION])
+        self.held = set(json.loads(options.get(HELD_OPTION) or "[]"))
+        self.holds_file = options.get(HOLDS_OPTION)
+        self.holds = read_holds(self.holds_file)
         self.tasks = int(options.get("tasks") or os.cpu_count() or 1)
         self.cap: dict | None = None  # run = 'once': what was there when it began
 
@@ -130,15 +138,40 @@ class StreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.cap = self._latest()
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:  # noqa: N802
-        return self.cap if self.cap is not None else self._latest()
+        latest, start = dict(self.cap if self.cap is not None else self._latest()), start or {}
+        for name in self.held & set(self.paths):
+            latest[name] = {"held": self._begin(name, start)}
+        self._end_holds(start)
+        for name in set(self.holds) - self.held:  # read on past a hold: said in the offset
+            latest[name] = {"read": latest.get(name, -1)}
+        return latest
+
+    def _end_holds(self, start: dict) -> None:
+        """Forget the holds of streams read on past them in a committed batch (`start` is the
+        end of the last one)."""
+        done = [n for n in self.holds if "read" in _dict(start.get(n))]
+        if done:
+            self.holds = {n: h for n, h in self.holds.items() if n not in done}
+            write_holds(self.holds_file, self.holds)
 
     def _latest(self) -> dict:
         return {name: latest_log(path) for name, path in self.paths.items()}
 
+    def _begin(self, name: str, start: dict) -> int:
+        """The last log batch of stream `name` read before a batch that starts at `start`:
+        where its hold says while its offset is the held one or the end of the batch replayed
+        without it, else the offset's."""
+        value, held = start.get(name, -1), self.holds.get(name)
+        if held is not None and (value == held["skipped"] or "held" in _dict(value)):
+            return held["from"]
+        return position(value)
+
     def partitions(self, start: dict, end: dict) -> list[Files]:
         work = []
         for name, path in self.paths.items():
-            files = new_files(path, start.get(name, -1), end.get(name, -1))
+            if name in self.held:
+                continue
+            files = new_files(path, self._begin(name, start), position(end.get(name, -1)))
             if files:
                 work.append((name, tuple((f, ()) for f in files)))
         if 0 < len(work) < self.tasks:  # fewer streams than tasks: their row groups are split
@@ -153,6 +186,52 @@ class StreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         pass
+
+
+def position(offset) -> int:
+    """A stream's last log batch read, from its offset: a number, {"held": number} (not read
+    now) or {"read": number} (read on past a hold)."""
+    if isinstance(offset, dict):
+        return offset.get("held", offset.get("read", -1))
+    return offset
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def holds_file(checkpoint: str) -> str:
+    return os.path.join(checkpoint, "connectql-held.json")
+
+
+def read_holds(path: str | None) -> dict[str, dict]:
+    try:
+        return json.loads(Path(path).read_text()) if path else {}
+    except FileNotFoundError:
+        return {}
+
+
+def write_holds(path: str | None, holds: dict[str, dict]) -> None:
+    if path:
+        tmp = Path(path + ".tmp")
+        tmp.write_text(json.dumps(holds))
+        tmp.replace(path)
+
+
+def hold(checkpoint: str, stream: str) -> None:
+    """Record (in the checkpoint) where stream `stream` of a stopped sink of several streams
+    goes on from once it is no longer held: its offset at the last committed batch. The batch
+    it failed in is replayed without it yet keeps its end offset (Spark logged it), so that
+    end is recorded too: an offset still equal to it means the stream has not been read on."""
+    path = holds_file(checkpoint)
+    holds = read_holds(path)
+    if stream not in holds:
+        committed = last_committed_end(checkpoint) or {}
+        holds[stream] = {
+            "from": position(committed.get(stream, -1)),
+            "skipped": (last_planned_end(checkpoint) or {}).get(stream),
+        }
+        write_holds(path, holds)
 
 
 def split_groups(work: list, tasks: int) -> list[Files]:

@@ -173,7 +173,10 @@ def build_plan(entry: ConnectorEntry, ctx: PlanContext) -> Plan:
         reader, transform = plugin.plan_source(resolved, entry.name), None
         writer = WriterSpec(STREAM_WRITER, path=ctx.stream_path(stream))
     elif inputs:
-        (reader, writer), transform = routed_specs(plugin, resolved, inputs, ctx, where), None
+        (reader, writer), transform = (
+            routed_specs(plugin, resolved, inputs, ctx, entry, where),
+            None,
+        )
     else:
         reader, transform = _stream_reader(stream, entry, ctx)
         writer = plugin.plan_sink(resolved, ctx.streams[stream], entry.name)

@@ -11,8 +11,15 @@ from pyspark.sql.types import StructType
 
 from connectql.connectors.base import ReaderSpec
 from connectql.connectors.multitable import matching, patterns
-from connectql.connectors.streamsread import FORMAT, SCHEMA, STREAMS_OPTION
-from connectql.errors import PlanError
+from connectql.connectors.streamsread import (
+    FORMAT,
+    HELD_OPTION,
+    HOLDS_OPTION,
+    SCHEMA,
+    STREAMS_OPTION,
+    holds_file,
+)
+from connectql.errors import PermanentError, PlanError
 from connectql.toolkit.routed import each, filled, routed_options
 
 
@@ -25,20 +32,29 @@ def chosen_streams(entry, options: dict[str, Any], ctx, where: str) -> list[str]
         raise PlanError(f"{where}: give FROM stream or streams = '...', not both")
     if entry.select_sql:
         raise PlanError(f"{where}: streams = '...' takes no AS SELECT (give one stream)")
-    given = str(options["streams"])
-    items = patterns(given) or (given.strip(),)
     own = options.get("errors.deadletter.stream")
     known = [name for name, s in ctx.streams.items() if s.schema and name != own]
-    return matching(known, items, "the streams")
+    return matching(known, streams_items(options["streams"]), "the streams")
 
 
-def routed_specs(plugin, resolved: dict[str, Any], names: list[str], ctx, where: str):
+def streams_items(given) -> tuple[str, ...]:
+    """The names and patterns of a sink's `streams` option."""
+    return patterns(str(given)) or (str(given).strip(),)
+
+
+def routed_specs(plugin, resolved: dict[str, Any], names: list[str], ctx, entry, where: str):
     """(reader, writer) of a sink of several streams: one WriterSpec per stream, as a
-    one-stream sink of it would have, packed into one writer that routes each stream's rows."""
+    one-stream sink of it would have, packed into one writer that routes each stream's rows.
+    The streams that stopped alone (the entry's tables_failed) are read by no one: held."""
     specs = plugin.options_for("sink")
     secret = {k for k, o in specs.items() if o.secret}
+    held = [n for n in names if n in entry.tables_failed]
+    if len(held) == len(names):
+        raise PermanentError(
+            f"{where}: every stream stopped (see tables_failed); RESTART CONNECTOR tries them again"
+        )
     specs_of, seen = [], {}
-    for name in names:
+    for name in (n for n in names if n not in held):
         stream = ctx.streams.get(name)
         if stream is None or not stream.schema:
             raise PlanError(f"{where}: stream '{name}' does not exist any more (or has no schema)")
@@ -52,9 +68,14 @@ def routed_specs(plugin, resolved: dict[str, Any], names: list[str], ctx, where:
                 " stream has its own"
             )
         specs_of.append((stream, plugin.plan_sink(opts, stream)))
+    paths = {n: ctx.streams[n].path for n in names if n in ctx.streams}
     reader = ReaderSpec(
         FORMAT,
-        {STREAMS_OPTION: json.dumps({s.name: s.path for s, _ in specs_of})}
+        {
+            STREAMS_OPTION: json.dumps(paths),
+            HELD_OPTION: json.dumps(held),
+            HOLDS_OPTION: holds_file(ctx.checkpoint(entry.name)),
+        }
         | ({"tasks": str(resolved["tasks.max"])} if resolved.get("tasks.max") else {}),
         schema=", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in SCHEMA.fields),
     )

@@ -18,6 +18,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from connectql.errors import PermanentError, TableFailed
 from connectql.toolkit.packed import ROWS_COLUMN, STREAM_COLUMN
 from connectql.toolkit.spark import SECRET_PREFIX, Staged, StreamWriter, connector_of
 
@@ -89,17 +90,30 @@ class RoutedWriter(DataSourceStreamArrowWriter):
             for stream, blobs in itertools.groupby(_rows(iterator), key=lambda r: r[0]):
                 w = self.writers[stream]
                 rows = _decoded((b for _, b in blobs), w.arrow_schema)
-                parts[stream] = w.stage(batch_id, ctx.partitionId(), rows)
+                parts[stream] = alone(stream, w.stage, batch_id, ctx.partitionId(), rows)
         return Routed(parts)
 
     def commit(self, messages: list[Routed], batchId: int) -> None:  # noqa: N803 (Spark's name)
+        def one(item) -> None:
+            alone(item[0], self.writers[item[0]].commit, item[1], batchId)
+
         with self._together():
-            each(lambda i: self.writers[i[0]].commit(i[1], batchId), _by_stream(messages).items())
+            each(one, _by_stream(messages).items())
 
     def abort(self, messages: list[Routed], batchId: int) -> None:  # noqa: N803
         with self._together():
             for stream, staged in _by_stream(messages).items():
                 self.writers[stream].abort(staged, batchId)
+
+
+def alone(stream: str, call, *args):
+    """call(*args) for one stream's writes; a failure a restart cannot fix (its rows refused,
+    errors.tolerance = 'none') as TableFailed, which stops that stream alone: the query starts
+    again without it and the sink's other streams go on (the catalog's tables_failed)."""
+    try:
+        return call(*args)
+    except PermanentError as e:
+        raise TableFailed(stream, str(e)) from None
 
 
 def each(action, items) -> None:

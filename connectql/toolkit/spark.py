@@ -322,10 +322,19 @@ def commit_after_stop(options, checkpoint: str, name: str) -> None:
 
 def last_committed_end(checkpoint: str) -> dict | None:
     """The source's end offset of the newest batch in the query's commit log (None: none)."""
+    return _last_end(checkpoint, "commits")
+
+
+def last_planned_end(checkpoint: str) -> dict | None:
+    """The source's end offset of the newest batch in the query's offset log (None: none)."""
+    return _last_end(checkpoint, "offsets")
+
+
+def _last_end(checkpoint: str, log: str) -> dict | None:
     if not checkpoint:
         return None
-    commits, offsets = Path(checkpoint) / "commits", Path(checkpoint) / "offsets"
-    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    ids, offsets = Path(checkpoint) / log, Path(checkpoint) / "offsets"
+    done = [int(p.name) for p in ids.iterdir() if p.name.isdigit()] if ids.is_dir() else []
     if not done or not (offsets / str(max(done))).is_file():
         return None
     lines = (offsets / str(max(done))).read_text().splitlines()

@@ -90,7 +90,7 @@ def _connector(worker, name: str) -> Result:
         ("type", e.type),
         ("stream", ", ".join(e.streams)),
         *([("tables", ", ".join(e.tables))] if e.tables else []),
-        *[(f"table {t} stopped", error) for t, error in e.tables_failed.items()],
+        *[(f"{_part(e)} {t} stopped", error) for t, error in e.tables_failed.items()],
         *zip(keys, rows[0], strict=True),
         ("checkpoint", worker.checkpoint_of(name)),
         ("runs as", _runs_as(worker, name)),
@@ -121,6 +121,11 @@ def _offsets(worker, name: str) -> list[tuple[str, str]]:
         newest = (latest or {}).get("at") or {}
         out += [(f"position {k}", f"{v} (latest {newest.get(k, '?')})") for k, v in at.items()]
     return out
+
+
+def _part(entry) -> str:
+    """What a connector's tables_failed names: a source's tables, a sink's streams."""
+    return "stream" if entry.kind == "sink" else "table"
 
 
 def _runs_as(worker, name: str) -> str:

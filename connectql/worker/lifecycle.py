@@ -38,7 +38,12 @@ def resume(worker, entry) -> Result:
 
 
 def restart(worker, entry) -> Result:
+    """Stop and start the connector; a sink's streams that stopped alone are tried again."""
     worker._stop(entry.name, states.STOPPED, "restart requested")
+    if entry.kind == "sink" and entry.tables_failed:
+        worker.catalog.clear_failed_tables(entry.name)
+        tried = ", ".join(sorted(entry.tables_failed))
+        worker.catalog.log_event(entry.name, states.STOPPED, f"streams tried again: {tried}")
     worker.catalog.set_desired(entry.name, "running")
     entry = worker.catalog.get_connector(entry.name)
     return _started(worker, entry.name, worker._start(entry, "restarted by user"), "restarted")

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from connectql.catalog import states
-from connectql.errors import SchemaEvolved, cause, permanent_cause, table_failed
+from connectql.connectors.streamsread import hold
+from connectql.errors import PermanentError, SchemaEvolved, cause, permanent_cause, table_failed
 from connectql.errortext import short_error
 from connectql.worker import evolution
 
@@ -167,14 +168,18 @@ class Supervisor:
             self.failed(name, short_error(error))
 
     def _without_table(self, name: str, table: str, error: str) -> None:
-        """Start the source again at once without the table that stopped (recorded in the
-        catalog's tables_failed; `error` scrubbed); the other tables go on from the same
-        offset."""
+        """Start the connector again at once without the table (a sink: the stream) that stopped
+        (recorded in the catalog's tables_failed; `error` scrubbed); the others go on from the
+        same offsets."""
         with self.launching:
             self.timers.pop(name, None)
             if not self._wanted(name):  # e.g. paused meanwhile: RESUME starts without it
                 return
-            reason = f"table {table} stopped: a value it cannot read; the other tables go on"
+            if self.worker.catalog.get_connector(name).kind == "sink":
+                hold(self.worker.checkpoint_of(name), table)
+                reason = f"stream {table} stopped: its target refuses its rows; the others go on"
+            else:
+                reason = f"table {table} stopped: a value it cannot read; the other tables go on"
             log.warning("connector %s: %s: %s", name, reason, error)
             self.worker.catalog.set_state(name, states.RESTARTING, reason, error=error)
             self._relaunch(name)
@@ -207,7 +212,7 @@ class Supervisor:
             )
         except Exception as e:  # e.g. the external system is still down
             log.warning("restart of %s failed: %s", name, e)
-            self.failed(name, short_error(str(e)))
+            self.failed(name, short_error(str(e)), permanent=isinstance(e, PermanentError))
 
     # ------------------------------------------------------------------ stalls
     def _watch(self) -> None:

@@ -43,7 +43,7 @@ from connectql.runtime.retention import check_options
 from connectql.runtime.session import logging_settings, send_jvm_output_to, stop_session
 from connectql.runtime.streamwriter import writer_id
 from connectql.toolkit.packed import FAILED_OPTION
-from connectql.worker import describe, lifecycle, settings
+from connectql.worker import describe, following, lifecycle, settings
 from connectql.worker.home import HomeLock, default_home_text, home_of
 from connectql.worker.lease import (
     Lease,
@@ -336,6 +336,8 @@ class Worker:
             raise ConnectQLError(
                 f"connector '{entry.name}' failed to start: {self._scrub(short_error(str(e)))}"
             ) from None
+        if entry.kind == "source":  # its streams may be ones a sink of several follows
+            following.follow(self)
         if not started:
             return Result(
                 f"created {entry.kind} connector {entry.name}; {lifecycle.NO_WORKER}", warning=True
@@ -475,8 +477,9 @@ class Worker:
         return True
 
     def _bound_plan(self, entry: ConnectorEntry) -> Plan:
-        """The plan, a source's reader given its streams' schemas (which evolve)."""
-        plan = self._plan(entry)
+        """The plan, a source's reader given its streams' schemas (which evolve), a sink of
+        several streams reading those that match it now."""
+        plan = self._plan(following.joined(self, entry))
         if plan.kind != "source":
             return plan
         if not plan.table_paths:

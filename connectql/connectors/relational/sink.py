@@ -17,7 +17,7 @@ import pyarrow.ipc as ipc
 
 from connectql.connectors.options import Option
 from connectql.connectors.relational.lending import Lender
-from connectql.errors import PlanError
+from connectql.errors import PermanentError, PlanError
 from connectql.toolkit.envelope import META_COLUMNS, UNCHANGED
 from connectql.toolkit.messages import MESSAGE_COLUMNS
 from connectql.toolkit.sink import Rejected
@@ -644,8 +644,14 @@ class Target:
             with self.savepoint(conn):  # a rejected batch leaves nothing behind
                 self.merge(conn, source, fresh)
         except Exception as e:
-            if not (self.s.tolerant and self.rejects(e)):
+            if not self.rejects(e):
                 raise
+            if not self.s.tolerant:  # a restart would meet the same rows: FAILED, or (a sink
+                kind, message = self.describe(e)  # of several streams) this stream stops
+                raise PermanentError(
+                    f"the target refuses a row of the batch ({kind}): {message} (errors.tolerance"
+                    " = 'all' sends such rows to a dead-letter stream)"
+                ) from None
             rejected = self.isolate(conn, stages)
             if not rejected:  # every range went in on its own: the batch is written
                 return

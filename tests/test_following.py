@@ -1,0 +1,133 @@
+"""A sink of several streams (streams = 'f_*') against a real PostgreSQL: it follows streams
+created after it, and a stream whose rows its target refuses stops alone while the others flow,
+then RESTART CONNECTOR writes it on from where it stopped, each row once."""
+
+from __future__ import annotations
+
+import json
+
+from connectql.connectors import streamsread
+from tests.helpers import run, wait_until
+from tests.test_mysql import pg_rows
+from tests.test_postgres import connection, db, sql  # noqa: F401 (fixture)
+
+
+def _source(name: str, stream: str, total: int, seed: int) -> str:
+    return (
+        f"CREATE SOURCE CONNECTOR {name} FROM datagen INTO {stream} WITH ('rows.total' = {total},"
+        f" run = 'once', seed = {seed}, fields = 'id BIGINT SEQUENCE, v INT RANDOM(1, 9)');"
+    )
+
+
+def _count(info: str, table: str):
+    return pg_rows(info, f"SELECT count(*), count(DISTINCT id), sum(id * v) FROM {table}")
+
+
+def _want(worker, stream: str):
+    from tests.helpers import read_parquet_rows
+
+    rows = read_parquet_rows(worker.home / f"streams/{stream}", "SELECT id, v FROM t") or []
+    return [(len(rows), len({i for i, _ in rows}), sum(i * v for i, v in rows))]
+
+
+def test_a_refused_stream_stops_alone_and_a_later_stream_joins(worker, pg_shared, db):  # noqa: F811
+    name, info = db
+    sql(info, "CREATE TABLE t_f_b (id BIGINT PRIMARY KEY, v INT CHECK (v < 9))")
+    run(
+        worker,
+        _source("fa", "f_a", 400, 1)
+        + _source("fb", "f_b", 300, 2)
+        + f"""CREATE SINK CONNECTOR f_out TO postgres WITH ({connection(pg_shared, name)},
+              streams = 'f_*', table = 't_${{stream}}', mode = 'upsert', 'primary.key' = 'id');""",
+    )
+    wait_until(
+        lambda: _count(info, "t_f_a") == _want(worker, "f_a"),
+        timeout=120,
+        what="f_a written whole",
+        diagnose=lambda: (_count(info, "t_f_a"), worker.catalog.get_connector("f_out")),
+    )
+    sink = wait_until(
+        lambda: (e := worker.catalog.get_connector("f_out")).tables_failed and e,
+        timeout=60,
+        what="f_b to stop alone",
+    )
+    assert list(sink.tables_failed) == ["f_b"], sink.tables_failed
+    assert "t_f_b" in sink.tables_failed["f_b"] or "v < 9" in sink.tables_failed["f_b"]
+    assert _count(info, "t_f_b") == [(0, 0, None)]
+    wait_until(lambda: worker.catalog.get_connector("f_out").state == "RUNNING", timeout=60)
+    described = dict(run(worker, "DESCRIBE CONNECTOR f_out")[0].rows)
+    assert "stream f_b stopped" in described, described
+
+    run(worker, _source("fc", "f_c", 200, 3))  # a stream created later joins the sink
+    wait_until(
+        lambda: _count(info, "t_f_c") == _want(worker, "f_c"),
+        timeout=120,
+        what="f_c, created after the sink, written whole",
+        diagnose=lambda: (
+            _count(info, "t_f_c"),
+            _want(worker, "f_c"),
+            streamsread.last_planned_end(worker.checkpoint_of("f_out")),
+            run(worker, "SELECT state, reason FROM connector_events WHERE connector = 'f_out'")[
+                0
+            ].rows,
+        ),
+    )
+    assert worker.catalog.get_connector("f_out").streams == ["f_a", "f_b", "f_c"]
+    events = run(worker, "SELECT reason FROM connector_events WHERE connector = 'f_out'")[0].rows
+    assert ("follows stream f_c, created later",) in events, events
+    assert list(worker.catalog.get_connector("f_out").tables_failed) == ["f_b"]
+
+    sql(info, "ALTER TABLE t_f_b DROP CONSTRAINT t_f_b_v_check")
+    run(worker, "RESTART CONNECTOR f_out")
+    wait_until(
+        lambda: _count(info, "t_f_b") == _want(worker, "f_b"),
+        timeout=120,
+        what="f_b written from where it stopped",
+        diagnose=lambda: (_count(info, "t_f_b"), worker.catalog.get_connector("f_out")),
+    )
+    entry = worker.catalog.get_connector("f_out")
+    assert not entry.tables_failed and entry.state == "RUNNING", entry
+    assert _count(info, "t_f_a") == _want(worker, "f_a")
+    assert _count(info, "t_f_c") == _want(worker, "f_c")
+    holds = streamsread.holds_file(worker.checkpoint_of("f_out"))
+    wait_until(lambda: streamsread.read_holds(holds) == {}, timeout=30, what="the hold over")
+
+
+def test_a_held_stream_goes_on_from_where_its_last_committed_batch_left_it(tmp_path):
+    """The reader's offsets of a held stream, without Spark: pinned at the hold while held;
+    once not held, read from there whether the offset is the held one or the end of the batch
+    replayed without it, the batch's end saying it read on; the hold is forgotten once a batch
+    that read on is committed (the start of the next)."""
+    checkpoint = tmp_path / "cp"
+    for log in ("offsets", "commits"):
+        (checkpoint / log).mkdir(parents=True)
+    for batch, end in ((0, {"a": 1, "b": 3}), (1, {"a": 2, "b": 5})):
+        (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{json.dumps(end)}\n")
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")  # batch 1 failed for b
+    streamsread.hold(str(checkpoint), "b")
+    holds = streamsread.holds_file(str(checkpoint))
+    assert streamsread.read_holds(holds) == {"b": {"from": 3, "skipped": 5}}
+
+    def reader(held):
+        paths = {"a": str(tmp_path / "a"), "b": str(tmp_path / "b")}
+        return streamsread.StreamsReader(
+            {
+                streamsread.STREAMS_OPTION: json.dumps(paths),
+                streamsread.HELD_OPTION: json.dumps(held),
+                streamsread.HOLDS_OPTION: holds,
+            }
+        )
+
+    held = reader(["b"])
+    assert held.latestOffset({"a": 2, "b": 5})["b"] == {"held": 3}
+    assert held.latestOffset({"a": 2, "b": {"held": 3}})["b"] == {"held": 3}
+    free = reader([])
+    for start in ({"b": 5}, {"b": {"held": 3}}):
+        assert free._begin("b", start) == 3
+    assert free._begin("a", {"a": 2}) == 2
+    read_on = free.latestOffset({"a": 2, "b": 5})["b"]  # the first batch past the hold
+    assert read_on == {"read": -1} and free._begin("b", {"b": read_on}) == -1
+    assert streamsread.read_holds(holds), "kept until a batch past it is committed"
+    assert free.latestOffset({"a": 2, "b": {"read": 5}})["b"] == -1
+    assert streamsread.read_holds(holds) == {}
+    assert free._begin("b", {"b": 5}) == 5

@@ -356,3 +356,40 @@ def test_rows_per_sec_is_the_flow_over_the_last_seconds_not_a_batch_s_speed(cat)
     cat.record_progress("bulk", one)
     rate = cat.query("SELECT rows_per_sec FROM connectors WHERE name = 'bulk'")[1][0][0]
     assert round(rate) == 142857
+
+
+def test_connector_tables_says_where_each_table_and_stream_is(cat):
+    """A cdc source of three tables mid-snapshot (one stopped), then following the log; a
+    sink of two streams, one stopped: a row each, in connector_tables."""
+    cat.add_connector(
+        ConnectorEntry("shop", "source", "postgres", "shop", {}, tables=("a", "b", "s.c", "d"))
+    )
+    cat.add_connector(
+        ConnectorEntry("out", "sink", "postgres", None, {}, tables=("shop_a", "shop_b"))
+    )
+    cat.fail_table("shop", "s.c", "a value it cannot read")
+    cat.fail_table("out", "shop_b", "the target refuses a row")
+    view = 'SELECT "table", stream, state, snapshot_after, error FROM connector_tables'
+    shop = f"{view} WHERE connector = 'shop' ORDER BY stream"
+    assert [r[2] for r in cat.query(shop)[1]] == ["waiting", "waiting", "waiting", "stopped"]
+    row = {
+        "batch_id": 0, "started_at": None, "duration_ms": 5, "input_rows": 10,
+        "input_rows_per_sec": 1.0, "processed_rows_per_sec": 2.0, "written_rows": 10,
+        "filtered_rows": 0, "dead_lettered_rows": 0, "latest_offset": None,
+        "end_offset": json.dumps({"phase": "snapshot", "table": "b", "after": ["7"]}),
+    }  # fmt: skip
+    cat.record_progress("shop", row)
+    assert cat.query(shop)[1] == [
+        ("a", "shop_a", "snapshotted", None, None),
+        ("b", "shop_b", "snapshotting", '["7"]', None),
+        ("d", "shop_d", "waiting", None, None),
+        ("s.c", "shop_s_c", "stopped", None, "a value it cannot read"),
+    ]
+    cat.record_progress("shop", {**row, "batch_id": 1, "end_offset": '{"phase": "stream"}'})
+    assert [r[2] for r in cat.query(shop)[1]] == ["streaming"] * 3 + ["stopped"]
+    out = f"{view} WHERE connector = 'out' ORDER BY stream"
+    assert cat.query(out)[1] == [
+        ("shop_a", "shop_a", "writing", None, None),
+        ("shop_b", "shop_b", "stopped", None, "the target refuses a row"),
+    ]
+    assert run_select(cat, "SELECT count(*) FROM connector_tables")[1] == [(6,)]

@@ -57,6 +57,9 @@ def test_a_refused_stream_stops_alone_and_a_later_stream_joins(worker, pg_shared
     wait_until(lambda: worker.catalog.get_connector("f_out").state == "RUNNING", timeout=60)
     described = dict(run(worker, "DESCRIBE CONNECTOR f_out")[0].rows)
     assert "stream f_b stopped" in described, described
+    tables = "SELECT \"table\", state, error FROM connector_tables WHERE connector = 'f_out'"
+    rows = sorted(run(worker, tables)[0].rows)
+    assert rows == [("f_a", "writing", None), ("f_b", "stopped", sink.tables_failed["f_b"])]
 
     run(worker, _source("fc", "f_c", 200, 3))  # a stream created later joins the sink
     wait_until(

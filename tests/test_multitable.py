@@ -476,6 +476,9 @@ def test_a_value_a_snapshot_cannot_read_leaves_the_other_tables_flowing(
     assert "table p2" in strict.tables_failed["p2"], strict.tables_failed
     assert "other tables go on" in strict.tables_failed["p2"]
     assert not stream_rows(worker, "qq_p2", "SELECT id FROM t")  # neither its rows nor id 4
+    tables = "SELECT \"table\", stream, state FROM connector_tables WHERE connector = 'strict'"
+    want = [("p1", "qq_p1", "streaming"), ("p2", "qq_p2", "stopped"), ("p3", "qq_p3", "streaming")]
+    wait_until(lambda: sorted(run(worker, tables)[0].rows) == want, timeout=30, what="its tables")
 
 
 def test_a_wide_table_makes_a_snapshot_batch_of_several_tables_take_fewer_rows():

@@ -9,6 +9,7 @@ PUBLIC_TABLES = (
     "connector_events",
     "connector_metrics",
     "connector_offsets",
+    "connector_tables",
 )
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
@@ -125,6 +126,39 @@ MIGRATIONS.append(
         "the connector's last batch duration (for /metrics, without a scan of connector_metrics)",
         ["ALTER TABLE connectors ADD COLUMN last_batch_ms BIGINT"],
     )
+)
+
+# A row per table of a source of several tables, per stream of a sink of several streams: its
+# state (a cdc source's tables are snapshotted one after another, then all follow the change
+# log), the records of its stream, where its snapshot is, and why it stopped.
+TABLES_VIEW = """CREATE OR REPLACE VIEW connector_tables AS
+SELECT c.name AS connector, c.kind, t.name AS "table",
+  CASE WHEN c.kind = 'sink' THEN t.name
+       ELSE c.stream || '_' || regexp_replace(t.name, '[^A-Za-z0-9_]', '_', 'g') END AS stream,
+  CASE WHEN json_exists(c.tables_failed, '$."' || t.name || '"') THEN 'stopped'
+       WHEN c.kind = 'sink' THEN 'writing'
+       WHEN o.committed_offset IS NULL THEN 'waiting'
+       WHEN o.committed_offset->>'phase' = 'stream' THEN 'streaming'
+       WHEN o.committed_offset->>'phase' IS NULL THEN 'reading'
+       WHEN t.place < list_position(CAST(c.tables AS VARCHAR[]), o.committed_offset->>'table')
+         THEN 'snapshotted'
+       WHEN t.name = coalesce(o.committed_offset->>'table', CAST(c.tables AS VARCHAR[])[1])
+         THEN 'snapshotting'
+       ELSE 'waiting' END AS state,
+  s.records,
+  CASE WHEN o.committed_offset->>'phase' = 'snapshot'
+        AND t.name = coalesce(o.committed_offset->>'table', CAST(c.tables AS VARCHAR[])[1])
+       THEN CAST(o.committed_offset->'after' AS VARCHAR) END AS snapshot_after,
+  json_extract_string(c.tables_failed, '$."' || t.name || '"') AS error
+FROM connectors c,
+  LATERAL (SELECT unnest(CAST(c.tables AS VARCHAR[])) AS name,
+                  generate_subscripts(CAST(c.tables AS VARCHAR[]), 1) AS place) t
+LEFT JOIN connector_offsets o ON o.connector = c.name
+LEFT JOIN streams s ON s.name = (CASE WHEN c.kind = 'sink' THEN t.name
+  ELSE c.stream || '_' || regexp_replace(t.name, '[^A-Za-z0-9_]', '_', 'g') END)"""
+
+MIGRATIONS.append(
+    (10, "connector_tables: each table of a source, each stream of a sink", [TABLES_VIEW])
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -5,11 +5,13 @@ then RESTART CONNECTOR writes it on from where it stopped, each row once."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 from connectql.connectors import streamsread
 from tests.helpers import run, wait_until
 from tests.test_mysql import pg_rows
-from tests.test_postgres import connection, db, sql  # noqa: F401 (fixture)
+from tests.test_postgres import cdc_dbs, connection, db, sql  # noqa: F401 (fixtures)
 
 
 def _source(name: str, stream: str, total: int, seed: int) -> str:
@@ -134,3 +136,73 @@ def test_a_held_stream_goes_on_from_where_its_last_committed_batch_left_it(tmp_p
     assert free.latestOffset({"a": 2, "b": {"read": 5}})["b"] == -1
     assert streamsread.read_holds(holds) == {}
     assert free._begin("b", {"b": 5}) == 5
+
+
+def test_a_table_created_while_running_is_snapshotted_under_changes_and_followed(
+    worker,
+    pg_logical,
+    cdc_dbs,  # noqa: F811
+):
+    """A PostgreSQL cdc source of table = 'n_*' and a sink of streams = 'nn_*': a table
+    created while both run, with rows, is found, snapshotted in chunks while its rows and the
+    other table's change, and followed; its stream joins the sink, and both target tables end
+    equal to the source's."""
+    (src, src_info), (dst, dst_info) = cdc_dbs
+    sql(src_info, "CREATE TABLE n_a (id int PRIMARY KEY, v text)")
+    sql(src_info, "INSERT INTO n_a SELECT g, 'a' || g FROM generate_series(1, 300) g")
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR nsrc FROM postgres INTO nn WITH ({connection(pg_logical, src)},
+          table = 'n_*', 'batch.rows' = 500);
+        CREATE SINK CONNECTOR nout TO postgres WITH ({connection(pg_logical, dst)},
+          streams = 'nn_*', table = '${{table}}');
+        """,
+    )
+    wait_until(lambda: pg_rows(dst_info, "SELECT count(*) FROM n_a") == [(300,)], timeout=120)
+    sql(src_info, "CREATE TABLE n_b (id int PRIMARY KEY, v text, n int)")
+    sql(src_info, "INSERT INTO n_b SELECT g, 'b' || g, g FROM generate_series(1, 4000) g")
+    stop = threading.Event()
+
+    def changes():  # while n_b is found and snapshotted: updates, deletes and inserts
+        i = 0
+        while not stop.is_set() and i < 400:
+            i += 1
+            sql(src_info, f"UPDATE n_b SET v = 'u{i}', n = n + 1 WHERE id % 97 = {i % 97}")
+            sql(src_info, f"DELETE FROM n_b WHERE id = {(i * 37) % 4000 + 1}")
+            sql(src_info, f"INSERT INTO n_b VALUES ({10000 + i}, 'new', {i})")
+            sql(src_info, f"UPDATE n_a SET v = 'x{i}' WHERE id = {i % 300 + 1}")
+            time.sleep(0.05)
+
+    worker_thread = threading.Thread(target=changes)
+    worker_thread.start()
+    try:
+        wait_until(
+            lambda: "nn_n_b" in worker.catalog.get_connector("nout").streams,
+            timeout=60,
+            what="the new table's stream to join the sink",
+        )
+    finally:
+        worker_thread.join()
+    for table in ("n_a", "n_b"):
+        query = f"SELECT id, v, {'n' if table == 'n_b' else 'NULL'} FROM {table} ORDER BY id"
+        want = sql(src_info, query)
+        wait_until(
+            lambda q=query, w=want: pg_rows(dst_info, q) == w,
+            timeout=120,
+            what=f"{table} equal in the target",
+            diagnose=lambda q=query, w=want: (len(pg_rows(dst_info, q) or []), len(w)),
+        )
+    entry = worker.catalog.get_connector("nsrc")
+    assert entry.tables == ("n_a", "n_b") and entry.tables_added == ("n_b",), entry
+    events = run(worker, "SELECT reason FROM connector_events WHERE connector = 'nsrc'")[0].rows
+    assert any("n_b found" in r for (r,) in events), events
+    tables = "SELECT \"table\", state FROM connector_tables WHERE connector = 'nsrc'"
+    wait_until(
+        lambda: sorted(run(worker, tables)[0].rows) == [("n_a", "streaming"), ("n_b", "streaming")],
+        timeout=30,
+    )
+    snapshot = "SELECT count(*) FROM t WHERE __op = 'r'"
+    from tests.helpers import read_parquet_rows
+
+    assert read_parquet_rows(worker.home / "streams/nn_n_b", snapshot)[0][0] > 0

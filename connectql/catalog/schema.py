@@ -161,6 +161,14 @@ MIGRATIONS.append(
     (10, "connector_tables: each table of a source, each stream of a sink", [TABLES_VIEW])
 )
 
+MIGRATIONS.append(
+    (
+        11,
+        "a several-table source's tables added after its CREATE (found while running, ALTER)",
+        ["ALTER TABLE connectors ADD COLUMN tables_added JSON"],
+    )
+)
+
 LATEST = MIGRATIONS[-1][0]
 
 # connector_metrics keeps this many recent batches per connector

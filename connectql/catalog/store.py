@@ -64,6 +64,8 @@ class ConnectorEntry:
     tables: tuple[str, ...] = ()
     # a several-table source's tables stopped by a value they cannot read: {table: error}
     tables_failed: dict[str, str] = field(default_factory=dict)
+    # a several-table source's tables added after its CREATE (found while running, ALTER)
+    tables_added: tuple[str, ...] = ()
 
     @property
     def streams(self) -> list[str]:
@@ -175,7 +177,7 @@ MEMO_ENTRIES = 4096  # Catalog.read's memo is emptied when it holds this many re
 
 ENTRY_SQL = (
     "SELECT c.name, kind, type, stream, k.options, k.select_sql, state, desired_state,"
-    " tasks, last_error, created_at, tables, tables_failed FROM connectors c"
+    " tasks, last_error, created_at, tables, tables_failed, tables_added FROM connectors c"
     " JOIN connector_config k ON c.name = k.name"
 )
 
@@ -184,7 +186,8 @@ def entry_of(r: tuple) -> ConnectorEntry:
     """A row of ENTRY_SQL as the connector's entry."""
     tables = tuple(json.loads(r[11])) if r[11] else ()
     failed = json.loads(r[12]) if r[12] else {}
-    return ConnectorEntry(*r[:4], decode_options(r[4]), *r[5:11], tables, failed)
+    added = tuple(json.loads(r[13])) if r[13] else ()
+    return ConnectorEntry(*r[:4], decode_options(r[4]), *r[5:11], tables, failed, added)
 
 
 STREAM_SQL = (
@@ -426,11 +429,12 @@ class Catalog:
             )
             return True
 
-    def set_tables(self, name: str, tables: tuple[str, ...]) -> None:
-        """The tables connector `name` reads (a source's) or its streams (a sink's)."""
+    def set_tables(self, name: str, tables: tuple[str, ...], added: tuple[str, ...] = ()) -> None:
+        """The tables connector `name` reads (a source's) or its streams (a sink's); `added`:
+        those of a source's that were added after its CREATE."""
         self.execute(
-            "UPDATE connectors SET tables = ?, updated_at = ? WHERE name = ?",
-            [json.dumps(list(tables)), now(), name],
+            "UPDATE connectors SET tables = ?, tables_added = ?, updated_at = ? WHERE name = ?",
+            [json.dumps(list(tables)), json.dumps(list(added)) if added else None, now(), name],
         )
 
     def clear_failed_tables(self, name: str) -> None:

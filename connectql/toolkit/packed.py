@@ -18,6 +18,8 @@ STREAM_COLUMN = "__stream"  # several streams read by one query (a sink's): a ch
 SCHEMAS_OPTION = "connectql.tables.schemas"
 # the reader option listing (JSON) the tables stopped by a value they cannot read (catalog)
 FAILED_OPTION = "connectql.tables.failed"
+# the reader option listing (JSON) the tables added while it ran (found, or by ALTER)
+ADDED_OPTION = "connectql.tables.added"
 # the Spark schema of a several-table source: a row is one chunk of one table's rows
 PACKED_DDL = f"`{TABLE_COLUMN}` STRING, `{ROWS_COLUMN}` BINARY"
 # a chunk's size at most (about): one Spark row holds it whole

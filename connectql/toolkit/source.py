@@ -126,6 +126,10 @@ class Source:
     #: the tables of a several-table source stopped earlier by TableFailed (the toolkit sets it
     #: before any call): `read` need not read them, and what it yields of them is dropped
     failed: frozenset[str] = frozenset()
+    #: the tables of a several-table source added after it began (found while running, or by
+    #: ALTER), set like `failed`: a table added that its offset does not say it has read yet
+    #: is to be read whole (e.g. snapshotted while the change log flows)
+    added: frozenset[str] = frozenset()
     #: the pyarrow schema of each stream the rows go to, as it stands (by table; None for a
     #: one-table source), set by the toolkit before any call: a column a stream lacks is not
     #: kept; raise SchemaEvolved to widen the stream first

@@ -36,6 +36,7 @@ from connectql.config import is_secret_key
 from connectql.errors import PermanentError, TableFailed
 from connectql.toolkit.envelope import DEAD_LETTER_COLUMN, deadletter_name, sink_dead_letters
 from connectql.toolkit.packed import (
+    ADDED_OPTION,
     FAILED_OPTION,
     ONE_KEY,
     ONE_OPTION,
@@ -134,6 +135,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         source.connector = options.get("connectql.connector") or ""
         source.checkpoint = options.get("connectql.checkpoint") or ""
         source.failed = frozenset(json.loads(options.get(FAILED_OPTION) or "[]"))
+        source.added = frozenset(json.loads(options.get(ADDED_OPTION) or "[]"))
         data = [f for f in self.arrow_schema if f.name != DEAD_LETTER_COLUMN]
         streams = self.tables or {None: pa.schema(data)}
         source.stream_schemas = {None if t == ONE_KEY else t: s for t, s in streams.items()}

@@ -6,12 +6,15 @@ new columns too (upsert sinks add them to the target)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from pyspark.sql.types import StructType
 
 from connectql.catalog import states
+from connectql.catalog.store import table_stream
 from connectql.connectors.base import ReaderSpec
 from connectql.toolkit.envelope import META_COLUMNS
+from connectql.worker import following
 from connectql.worker.schemas import schema_ddl
 
 
@@ -38,13 +41,18 @@ def evolve(worker, name: str, cause: str) -> bool:
         for t, stream in zip(tables, plan.streams, strict=True)
         if t in found and (w := _widen(worker, stream, found[t]))
     ]
-    if not widened_streams:
+    new = [f for t, f in found.items() if t is not None and entry.tables and t not in tables]
+    if not widened_streams and not new:
         return False
-    reason = "schema evolved: " + "; ".join(
-        f"stream {s} gained column(s) {', '.join(added)}" for s, added in widened_streams
+    reason = "; ".join(
+        [f"stream {s} gained column(s) {', '.join(added)}" for s, added in widened_streams]
+        + ([_add_tables(worker, entry, new)] if new else [])
     )
+    reason = ("schema evolved: " if widened_streams else "") + reason
     worker.catalog.set_state(name, states.RESTARTING, reason, error=cause)
     worker._launch(name, reason, worker._bound_plan(worker.catalog.get_connector(name)))
+    if new:
+        following.follow(worker)
     changed = {s for s, _added in widened_streams}
     for sink in worker.catalog.connectors():
         reads = changed & set(sink.streams)
@@ -65,3 +73,20 @@ def _widen(worker, name: str, found) -> tuple[str, list[str]] | None:
         return None
     worker.catalog.set_stream_schema(name, schema_ddl(merged), merged.json(), found.key)
     return name, added
+
+
+def _add_tables(worker, entry, found: list) -> str:
+    """Source `entry` reads the tables `found` too (each a stream of its own, snapshotted while
+    the change log flows): what it says of them."""
+    names = tuple(f.table for f in found)
+    added = (*entry.tables_added, *names)
+    plan = worker._plan(replace(entry, tables=(*entry.tables, *names)))
+    for f in found:
+        stream = table_stream(entry.stream, f.table)
+        struct = worker.engine.resolve_schema(ReaderSpec("parquet", schema=f.ddl))
+        path = plan.table_paths[f.table]
+        worker._register(
+            stream, path, struct, entry.name, f.key, worker.catalog.find_stream(stream)
+        )
+    worker.catalog.set_tables(entry.name, (*entry.tables, *names), added)
+    return f"table(s) {', '.join(names)} found: snapshotted while the others' changes flow"

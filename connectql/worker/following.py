@@ -35,7 +35,7 @@ def joined(worker, entry: ConnectorEntry) -> ConnectorEntry:
     if not new:
         return entry
     tables = (*entry.tables, *new)
-    worker.catalog.set_tables(entry.name, tables)
+    worker.catalog.set_tables(entry.name, tables, entry.tables_added)
     state = worker.catalog.state_of(entry.name)
     for name in new:
         worker.catalog.log_event(entry.name, state, f"follows stream {name}, created later")

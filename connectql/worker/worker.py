@@ -42,7 +42,7 @@ from connectql.runtime.logs import log_to, redact_spark_log, stop_logging
 from connectql.runtime.retention import check_options
 from connectql.runtime.session import logging_settings, send_jvm_output_to, stop_session
 from connectql.runtime.streamwriter import writer_id
-from connectql.toolkit.packed import FAILED_OPTION
+from connectql.toolkit.packed import ADDED_OPTION, FAILED_OPTION
 from connectql.worker import describe, following, lifecycle, settings
 from connectql.worker.home import HomeLock, default_home_text, home_of
 from connectql.worker.lease import (
@@ -494,6 +494,9 @@ class Worker:
         if entry.tables_failed:
             failed = json.dumps(sorted(entry.tables_failed))
             reader = replace(reader, options={**reader.options, FAILED_OPTION: failed})
+        if entry.tables_added:
+            added = json.dumps(list(entry.tables_added))
+            reader = replace(reader, options={**reader.options, ADDED_OPTION: added})
         return replace(plan, reader=reader)
 
     def _engine_event(self, name: str, text: str) -> None:

@@ -133,6 +133,19 @@ class PostgresSource(PostgresTables, TableSource):
             conn, cfg.slot, cfg.schema, self.tables_read, cfg.keyless, self.where
         )
 
+    finds_tables = True
+
+    def log_after(self, position: int) -> int:
+        """After every change committed at `position` (a commit's LSN: the next is further
+        on by a WAL record at least) and before any later one."""
+        return position + 1
+
+    def log_tables_changed(self, conn) -> None:
+        """A table added: the publications take it before its snapshot begins, so that each
+        change after that snapshot's reads is decoded."""
+        cfg, live = self.cfg, [t for t in self.tables_read if t not in self.failed]
+        cdc.ensure_publications(conn, cfg.slot, cfg.schema, live, cfg.keyless, self.where)
+
     def log_now(self, conn) -> int:
         """While streaming: as far as the tailer has spooled (a batch never ends beyond)."""
         if self.once or self._tailer is None:

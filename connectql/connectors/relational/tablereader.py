@@ -27,7 +27,7 @@ from connectql.connectors.relational.source import (
     config_fields,
     table_place,
 )
-from connectql.errors import ConnectQLError, PlanError, TableFailed
+from connectql.errors import ConnectQLError, PlanError, SchemaEvolved, TableFailed
 from connectql.errortext import short_error
 from connectql.toolkit.envelope import META_COLUMNS
 from connectql.toolkit.source import DeadLetter, Source
@@ -35,6 +35,7 @@ from connectql.toolkit.source import Table as StreamTable
 
 LAG_EVERY_S = 1.0  # how often reportLatestOffset asks the database how far behind it is
 LAG_ROWS_CAP = 1_000_000  # an incremental source's lag is counted up to this many rows
+DISCOVER_EVERY_S = 10.0  # how often a cdc source of several tables looks for tables created
 
 CDC_COLUMNS = (
     ("__op", "STRING"),
@@ -154,6 +155,9 @@ class TableSource(Source):
     bulk {"run": n}."""
 
     plans_batches = True
+    #: cdc of several tables: the database finds tables created later that the patterns match,
+    #: and snapshots a table added while the change log flows (log_after, log_tables_changed)
+    finds_tables: ClassVar[bool] = False
     # its commit confirms to the running reader's change-log follower; the next start's
     # first trigger confirms the last batch instead
     commits_at_stop = False
@@ -172,7 +176,7 @@ class TableSource(Source):
         self.once = False  # run = 'once': ends at the log position `target`
         self.target = None
         self._polled_at = 0.0
-        self._beat_at = time.monotonic()
+        self._beat_at = self._looked_at = time.monotonic()
         self._conn = None
         self._metas: dict[str | None, Table] = {}
         self._found: list[Table] | None = None  # what discovery found (CREATE)
@@ -346,6 +350,14 @@ class TableSource(Source):
         """A sortable form of a position."""
         return position
 
+    def log_after(self, position):
+        """A position after every change up to `position` and before any later one: that of a
+        table's rows snapshotted while the change log flows (finds_tables)."""
+        raise NotImplementedError
+
+    def log_tables_changed(self, conn) -> None:
+        """The tables read changed (one was added): e.g. bring a publication up to date."""
+
     def log_behind(self, conn, position) -> int | None:
         """Bytes of change log the server has written after `position` (None: unknown)."""
         return None
@@ -462,7 +474,89 @@ class TableSource(Source):
             return self._next_tables(start) if self.multi else self._next_chunk(start)
         if not self._due():
             return start
+        if self.multi and self.finds_tables:
+            return self._next_with_tables(start)
         return self._next_changes(start)
+
+    # ------------------------------------------------- tables added while the change log flows
+    # A table added to a cdc source of several tables while it follows the change log (found,
+    # or by ALTER) is snapshotted in chunks between the log's batches, each chunk read after
+    # the log's last batch and positioned after it: the log's later batches carry every change
+    # made since, so the table converges as the initial snapshot does. The offset says which
+    # tables the log covers ("tables"), the snapshot under way ("catchup": [table, last key
+    # read, last key]), the chunk a batch reads ("chunk") and whose turn it was ("turn").
+
+    def _next_with_tables(self, start: dict) -> dict:
+        # what the batch ending at `start` read ("parts", "chunk") is no part of the next's
+        done = {k: v for k, v in start.items() if k not in ("parts", "chunk")}
+        start = {**done, "tables": self._covered(start)}
+        pending = [t for t in self.tables_read if t not in start["tables"] and t not in self.failed]
+        if not pending:
+            self._look_for_tables()
+            return self._carried(self._next_changes(start), start, None)
+        if start.get("turn") != "chunk":
+            return self._next_added_chunk(start, pending[0])
+        end = self._next_changes(start)
+        if end is start:  # the log has nothing new: on with the snapshot
+            return self._next_added_chunk(start, pending[0])
+        return self._carried(end, start, "log")
+
+    def _covered(self, start: dict) -> list:
+        """The tables whose changes the log carries from `start` on (an offset of before
+        "tables": each table read but those added since)."""
+        if "tables" in start:
+            return [t for t in start["tables"] if t in self.tables_read]
+        return [t for t in self.tables_read if t not in self.added]
+
+    @staticmethod
+    def _carried(end: dict, start: dict, turn: str | None) -> dict:
+        """A log batch's end carrying the tables and the snapshot under way from `start`."""
+        if end is start:
+            return start
+        kept = {k: start[k] for k in ("tables", "catchup") if k in start}
+        return {**end, **kept, **({"turn": turn} if turn else {})}
+
+    def _next_added_chunk(self, start: dict, table: str) -> dict:
+        """The end of a batch that reads the next chunk of `table` (snapshot_rows rows up to its
+        largest key when its snapshot began; a table without a key whole), at the log position
+        of `start`; once it is read, the log covers it."""
+        catchup = start.get("catchup")
+        if catchup is None or catchup[0] != table:
+            self.log_tables_changed(self._connection())  # before its snapshot begins
+            key = self.key_of(table)
+            upto = polling.last_key(self._db(table), self._src(table), key) if key else None
+            catchup = [table, None, upto]
+        _table, after, upto = catchup
+        key = self.key_of(table)
+        if not key:
+            bound = [] if after is None else None
+        else:
+            db, src = self._db(table), self._src(table)
+            bound = upto and polling.chunk_end(db, src, key, after, self.cfg.snapshot_rows, upto)[0]
+        end = {k: v for k, v in start.items() if k != "catchup"}
+        if not bound:
+            return {**end, "tables": [*start["tables"], table], "turn": "chunk"}
+        return {
+            **end,
+            "catchup": [table, bound, upto],
+            "chunk": [table, after, bound],
+            "turn": "chunk",
+        }
+
+    def _look_for_tables(self) -> None:
+        """Every DISCOVER_EVERY_S, SchemaEvolved when the patterns match tables not read yet
+        (the worker adds them, with their streams, and starts the source again)."""
+        now = time.monotonic()
+        if self.once or now - self._looked_at < DISCOVER_EVERY_S:
+            return
+        self._looked_at = now
+        try:
+            found = [t.name for t in self.discover(self.cfg, self.cdc, self.where)]
+        except Exception:  # e.g. a keyless table it cannot capture yet: looked at again later
+            return
+        new = [t for t in found if t not in self.schemas]
+        if new:
+            raise SchemaEvolved(f"tables found: {', '.join(new)}")
 
     def _next_run(self, start: dict) -> dict:
         if self.once:
@@ -582,6 +676,10 @@ class TableSource(Source):
                 table, start["after"], upto or None, self.key_of(table), start[self.LOG_KEY]
             )
         begin, finish = start[self.LOG_KEY], end[self.LOG_KEY]
+        if "chunk" in end:  # a table added while the log flows, read after the log's batch
+            table, after, upto = end["chunk"]
+            at = self.log_after(finish)
+            return self._split(table, after, upto or None, self.key_of(table), at)
         if self.log_order(finish) <= self.log_order(begin):
             return []
         return [Range("changes", None, None, begin, finish)]

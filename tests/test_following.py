@@ -9,7 +9,7 @@ import threading
 import time
 
 from connectql.connectors import streamsread
-from tests.helpers import run, wait_until
+from tests.helpers import read_parquet_rows, run, wait_until
 from tests.test_mysql import pg_rows
 from tests.test_postgres import cdc_dbs, connection, db, sql  # noqa: F401 (fixtures)
 
@@ -26,8 +26,6 @@ def _count(info: str, table: str):
 
 
 def _want(worker, stream: str):
-    from tests.helpers import read_parquet_rows
-
     rows = read_parquet_rows(worker.home / f"streams/{stream}", "SELECT id, v FROM t") or []
     return [(len(rows), len({i for i, _ in rows}), sum(i * v for i, v in rows))]
 
@@ -203,6 +201,25 @@ def test_a_table_created_while_running_is_snapshotted_under_changes_and_followed
         timeout=30,
     )
     snapshot = "SELECT count(*) FROM t WHERE __op = 'r'"
-    from tests.helpers import read_parquet_rows
-
     assert read_parquet_rows(worker.home / "streams/nn_n_b", snapshot)[0][0] > 0
+
+    # ALTER ... SET (table = ...): m_c added (read whole), n_a left out, n_b goes on as it was
+    sql(src_info, "CREATE TABLE m_c (k text PRIMARY KEY, n int)")
+    sql(src_info, "INSERT INTO m_c SELECT 'k' || g, g FROM generate_series(1, 700) g")
+    snapshotted = read_parquet_rows(worker.home / "streams/nn_n_b", snapshot)[0][0]
+    said = run(worker, "ALTER CONNECTOR nsrc SET (table = 'n_b, m_c')")[0].message
+    assert "m_c added" in said and "n_a no longer read" in said, said
+    sql(src_info, "INSERT INTO n_b VALUES (50000, 'after', 1)")
+    sql(src_info, "UPDATE n_a SET v = 'not read' WHERE id = 1")
+    sql(src_info, "UPDATE m_c SET n = -1 WHERE k = 'k7'")
+    want = sql(src_info, "SELECT k, n FROM m_c ORDER BY k")
+    wait_until(
+        lambda: pg_rows(dst_info, "SELECT k, n FROM m_c ORDER BY k") == want,
+        timeout=120,
+        what="m_c, added by ALTER, equal in the target",
+    )
+    after = "SELECT v FROM n_b WHERE id = 50000"
+    wait_until(lambda: pg_rows(dst_info, after) == [("after",)], timeout=60, what="n_b goes on")
+    assert pg_rows(dst_info, "SELECT v FROM n_a WHERE id = 1") != [("not read",)]
+    assert read_parquet_rows(worker.home / "streams/nn_n_b", snapshot)[0][0] == snapshotted
+    assert worker.catalog.get_connector("nsrc").tables == ("n_b", "m_c")

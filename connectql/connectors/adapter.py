@@ -143,6 +143,7 @@ def plan_source(connector: Connector, opts: dict[str, Any], name: str = "") -> R
         corrupt_column=DEAD_LETTER_COLUMN if opts.get("errors.tolerance") == "all" else None,
         endpoint=call(where, source.endpoint),
         packs=True,
+        adds_tables=bool(call(where, source.adds_tables)),
     )
 
 

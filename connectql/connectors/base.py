@@ -44,6 +44,8 @@ class ReaderSpec:
     endpoint: str | None = None  # host:port the reads wait on (named when a batch hangs)
     # one table's rows can travel packed (multitable.packed_one): a Spark row per chunk of rows
     packs: bool = False
+    # a source of several tables that takes tables added while it runs (ALTER ... SET table)
+    adds_tables: bool = False
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,9 @@ A source of several tables (a database's tables, a topic per table) returns them
 ``tables()``: each table's rows go to a stream of their own, ``<stream>_<table>``, and ``read``
 yields ``(table, records)`` pairs, ``records`` being any of what a one-table source yields (a
 RecordBatch, a Table, a dict) in that table's schema; DeadLetters as they are. The tables are
-fixed at CREATE (DROP and CREATE the connector to read others). A table that meets a record it
-cannot read (and errors.tolerance = 'none') can stop alone: ``read`` raises
+fixed at CREATE (DROP and CREATE the connector to read others) unless ``adds_tables()``
+says it takes tables while it runs (``added``; a SchemaEvolved for a table it meets). A
+table that meets a record it cannot read (and errors.tolerance = 'none') can stop alone: ``read`` raises
 ``TableFailed(table, message)``; the connector starts again at once from the same offsets with
 that table in ``failed`` (and in the catalog's tables_failed), the other tables going on.
 
@@ -144,6 +145,12 @@ class Source:
     def __init__(self, options: dict[str, Any]):
         """`options`: validated and resolved (defaults filled in, secrets in clear), by name."""
         self.options = dict(options)
+
+    def adds_tables(self) -> bool:
+        """Driver: whether tables may be added to this source of several tables while it runs
+        (ALTER CONNECTOR ... SET table = '...'): it reads those in `added` its offsets do not
+        say it has read (e.g. snapshotted while the change log flows)."""
+        return False
 
     def check(self) -> None:
         """Driver, at CREATE and each start: raise ValidationError (connectql.toolkit) naming

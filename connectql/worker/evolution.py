@@ -46,7 +46,7 @@ def evolve(worker, name: str, cause: str) -> bool:
         return False
     reason = "; ".join(
         [f"stream {s} gained column(s) {', '.join(added)}" for s, added in widened_streams]
-        + ([_add_tables(worker, entry, new)] if new else [])
+        + ([add_tables(worker, entry, new)] if new else [])
     )
     reason = ("schema evolved: " if widened_streams else "") + reason
     worker.catalog.set_state(name, states.RESTARTING, reason, error=cause)
@@ -75,18 +75,20 @@ def _widen(worker, name: str, found) -> tuple[str, list[str]] | None:
     return name, added
 
 
-def _add_tables(worker, entry, found: list) -> str:
-    """Source `entry` reads the tables `found` too (each a stream of its own, snapshotted while
-    the change log flows): what it says of them."""
+def add_tables(
+    worker, entry, found: list, kept: tuple[str, ...] | None = None, how: str = "found"
+) -> str:
+    """Source `entry` reads the tables `found` too (each into a stream of its own, read whole
+    while the change log flows), besides `kept` (default: all it reads): what it says."""
+    kept = entry.tables if kept is None else kept
     names = tuple(f.table for f in found)
-    added = (*entry.tables_added, *names)
-    plan = worker._plan(replace(entry, tables=(*entry.tables, *names)))
+    tables = (*kept, *names)
+    plan = worker._plan(replace(entry, tables=tables))
     for f in found:
         stream = table_stream(entry.stream, f.table)
         struct = worker.engine.resolve_schema(ReaderSpec("parquet", schema=f.ddl))
-        path = plan.table_paths[f.table]
-        worker._register(
-            stream, path, struct, entry.name, f.key, worker.catalog.find_stream(stream)
-        )
-    worker.catalog.set_tables(entry.name, (*entry.tables, *names), added)
-    return f"table(s) {', '.join(names)} found: snapshotted while the others' changes flow"
+        known = worker.catalog.find_stream(stream)
+        worker._register(stream, plan.table_paths[f.table], struct, entry.name, f.key, known)
+    added = (*[t for t in entry.tables_added if t in kept], *names)
+    worker.catalog.set_tables(entry.name, tables, added)
+    return f"table(s) {', '.join(names)} {how}: read whole while the others' changes flow"

@@ -10,6 +10,7 @@ from typing import Any
 from connectql.catalog import states
 from connectql.connectors.multitable import patterns
 from connectql.errors import ConnectQLError, PlanError
+from connectql.worker import evolution, following
 from connectql.worker.results import Result
 
 NO_WORKER = (
@@ -107,10 +108,7 @@ def alter(worker, name: str, changes: dict[str, Any]) -> Result:
     )
     if entry.tables or patterns(updated.options.get("table")):
         if updated.options.get("table") != entry.options.get("table"):
-            raise PlanError(
-                f"ALTER CONNECTOR cannot change the tables of multi-table connector '{name}'"
-                " (each has its own stream): drop and re-create it instead"
-            )
+            return retable(worker, entry, updated)
     if entry.tables and updated.options.get("streams") != entry.options.get("streams"):
         raise PlanError(
             f"ALTER CONNECTOR cannot change the streams of sink '{name}' (each has its own"
@@ -128,3 +126,34 @@ def alter(worker, name: str, changes: dict[str, Any]) -> Result:
     return Result(
         f"altered connector {name}" + ("; restarted from its checkpoint" if was_active else "")
     )
+
+
+def retable(worker, entry, updated) -> Result:
+    """ALTER CONNECTOR ... SET (table = '...') on a source of several tables that takes tables
+    while it runs: the tables the new value adds are read whole while the others' changes
+    flow, the ones it leaves out are no longer read (their streams stay), the others go on."""
+    name = entry.name
+    reader = worker._plan(replace(updated, tables=())).reader if entry.tables else None
+    if reader is None or not reader.adds_tables or entry.kind != "source":
+        raise PlanError(
+            f"ALTER CONNECTOR cannot change the tables of connector '{name}' (only a postgres"
+            " cdc source of several tables takes tables while it runs): drop and re-create it"
+        )
+    found = reader.discover()
+    names = [f.table for f in found]
+    kept = tuple(t for t in entry.tables if t in names)
+    new = [f for f in found if f.table not in entry.tables]
+    gone = [t for t in entry.tables if t not in names]
+    was_active = worker.engine.is_active(name) or entry.state == states.RESTARTING
+    worker.catalog.update_options(name, updated.options, entry.tasks)
+    said = [evolution.add_tables(worker, entry, new, kept, "added")] if new else []
+    if not new:
+        worker.catalog.set_tables(name, kept, tuple(t for t in entry.tables_added if t in kept))
+    said += [f"table(s) {', '.join(gone)} no longer read (their streams stay)"] if gone else []
+    for text in said:
+        worker.catalog.log_event(name, worker.catalog.state_of(name), text)
+    if was_active:
+        worker._stop(name, states.STOPPED, "altered")
+        worker._start(worker.catalog.get_connector(name), "restarted with its new tables")
+    following.follow(worker)
+    return Result(f"altered connector {name}: " + "; ".join(said or ["its tables are the same"]))

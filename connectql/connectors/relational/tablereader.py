@@ -223,6 +223,9 @@ class TableSource(Source):
     def cdc(self) -> bool:
         return self.cfg.mode == "cdc"
 
+    def adds_tables(self) -> bool:
+        return self.finds_tables and self.multi and self.cdc
+
     # ---------------------------------------------------------------- at CREATE
     def check(self) -> None:
         check_source_options(self.options, self.where)

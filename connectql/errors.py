@@ -45,6 +45,12 @@ class ChangeLogGone(PermanentError):
     """The change log an offset points into is gone from the server (e.g. a purged binlog)."""
 
 
+class RowsRefused(ConnectQLError):
+    """The target refused rows of a batch (a constraint, a value its column refuses) with
+    errors.tolerance = 'none': restarts retry them (the target may be mended meanwhile); in a
+    sink of several streams that stream stops alone (TableFailed) and the others go on."""
+
+
 class TableFailed(ConnectQLError):
     """One table of a several-table source met a value it cannot read, with errors.tolerance =
     'none': that table stops (its later rows and changes are not read), the others go on."""

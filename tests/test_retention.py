@@ -292,3 +292,24 @@ def test_retention_bytes_removes_the_oldest_files_until_the_stream_fits(worker):
     assert run(worker, "SELECT min(id), count(*) FROM s")[0].rows == [
         ((10 - len(kept)) * 500, 500 * len(kept))
     ]
+
+
+def test_a_sink_has_read_the_files_of_its_source_log_up_to_its_last_commits_end(tmp_path):
+    """Spark's file source numbers its own log batches: after a batch that read no new file
+    (or a restart) they drift from the query's batch ids. What a sink has read is what its
+    last committed batch's end offset ({"logOffset": n}) covers, not its batch id."""
+    from connectql.runtime.retention import batch_files, reader_of
+
+    cp = tmp_path / "cp"
+    for folder in ("offsets", "commits", "sources/0"):
+        (cp / folder).mkdir(parents=True)
+    for batch, log in ((0, 0), (1, 2), (2, 3)):  # query batch 1 ended at the source's log 2
+        (cp / "offsets" / str(batch)).write_text(f'v1\n{{}}\n{{"logOffset":{log}}}\n')
+    for batch in (0, 1):
+        (cp / "commits" / str(batch)).write_text("v1\n{}\n")
+    for log in range(4):
+        entry = {"path": f"file:///s/f{log}.parquet", "timestamp": 1000 + log, "batchId": log}
+        (cp / "sources" / "0" / str(log)).write_text("v1\n" + json.dumps(entry) + "\n")
+    assert reader_of(cp).read == {"/s/f0.parquet", "/s/f1.parquet", "/s/f2.parquet"}
+    assert batch_files(cp, 1) == ["file:///s/f1.parquet", "file:///s/f2.parquet"]
+    assert batch_files(cp, 2) == ["file:///s/f3.parquet"]

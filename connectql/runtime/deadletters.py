@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from connectql.errortext import short_error
+from connectql.runtime.retention import batch_files
 from connectql.runtime.streamwriter import Output
 from connectql.toolkit.envelope import (  # noqa: F401 (re-exported)
     DEAD_LETTER_COLUMN,
@@ -68,17 +69,6 @@ def _unread_files(df, batch_id: int, plan):
         if f not in seen and (why := _unreadable(f, plan.reader))
     ]
     return df.sparkSession.createDataFrame(rows, DEADLETTER_DDL)
-
-
-def batch_files(checkpoint: str, batch_id: int) -> list[str]:
-    """The files Spark's file source gave batch `batch_id`, from its log in the checkpoint (a
-    compacted log file holds every earlier batch's entries too)."""
-    log = Path(checkpoint) / "sources" / "0"
-    path = log / str(batch_id)
-    if not path.exists():
-        path = log / f"{batch_id}.compact"
-    entries = [json.loads(line) for line in path.read_text().splitlines()[1:] if line.strip()]
-    return [e["path"] for e in entries if e.get("batchId", batch_id) == batch_id]
 
 
 def _unreadable(uri: str, reader) -> str | None:

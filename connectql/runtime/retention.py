@@ -206,8 +206,10 @@ class Reader:
 def reader_of(checkpoint: str | Path) -> Reader:
     """A sink's progress from its file source's log (`sources/0`, one JSON line per file with
     its time and batchId): files of batches up to its last commit count as read, and the files
-    its rides delivered (ridelog) as passed."""
-    done = last_commit(checkpoint)
+    its rides delivered (ridelog) as passed. A file's batchId there is the source's own log
+    offset, which drifts from the query's batch ids (a batch that read no new file, a restart):
+    the last committed batch's end offset says which it has read."""
+    done = _read_upto(checkpoint)
     read, newest = set(), None
     for line in _log_lines(Path(checkpoint) / "sources" / "0"):
         entry = json.loads(line)
@@ -215,6 +217,33 @@ def reader_of(checkpoint: str | Path) -> Reader:
         if done is not None and entry.get("batchId", 0) <= done:
             read.add(local_path(entry["path"]))
     return Reader(frozenset(read), newest, ridelog.load(checkpoint))
+
+
+def _read_upto(checkpoint: str | Path) -> int | None:
+    """The file source's log offset at the end of the query's last committed batch (None:
+    none)."""
+    done = last_commit(checkpoint)
+    return None if done is None else log_offset(checkpoint, done)
+
+
+def log_offset(checkpoint: str | Path, batch_id: int) -> int:
+    """The file source's log offset at the end of query batch `batch_id`, from the query's
+    offset log ({"logOffset": n}); the batch id itself when that log does not say (Spark's
+    file source numbers its log batches as the query's until a batch reads no new file)."""
+    try:
+        lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
+        return int(json.loads(lines[2])["logOffset"])
+    except (FileNotFoundError, IndexError, KeyError, ValueError, TypeError):
+        return batch_id
+
+
+def batch_files(checkpoint: str | Path, batch_id: int) -> list[str]:
+    """The files Spark's file source gave query batch `batch_id` (as paths in its log)."""
+    start = log_offset(checkpoint, batch_id - 1) if batch_id > 0 else -1
+    end = log_offset(checkpoint, batch_id)
+    lines = _log_lines(Path(checkpoint) / "sources" / "0")
+    entries = [json.loads(line) for line in lines]
+    return [e["path"] for e in entries if start < e.get("batchId", end) <= end]
 
 
 def files_read(checkpoint: str | Path) -> set[str]:

@@ -18,7 +18,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from connectql.errors import PermanentError, TableFailed
+from connectql.errors import PermanentError, RowsRefused, TableFailed
 from connectql.toolkit.packed import ROWS_COLUMN, STREAM_COLUMN
 from connectql.toolkit.spark import SECRET_PREFIX, Staged, StreamWriter, connector_of
 
@@ -107,12 +107,12 @@ class RoutedWriter(DataSourceStreamArrowWriter):
 
 
 def alone(stream: str, call, *args):
-    """call(*args) for one stream's writes; a failure a restart cannot fix (its rows refused,
-    errors.tolerance = 'none') as TableFailed, which stops that stream alone: the query starts
-    again without it and the sink's other streams go on (the catalog's tables_failed)."""
+    """call(*args) for one stream's writes; its rows refused (errors.tolerance = 'none') or
+    another failure a restart cannot fix as TableFailed, which stops that stream alone: the
+    query starts again without it and the sink's other streams go on (tables_failed)."""
     try:
         return call(*args)
-    except PermanentError as e:
+    except (PermanentError, RowsRefused) as e:
         raise TableFailed(stream, str(e)) from None
 
 

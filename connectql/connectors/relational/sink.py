@@ -17,7 +17,7 @@ import pyarrow.ipc as ipc
 
 from connectql.connectors.options import Option
 from connectql.connectors.relational.lending import Lender
-from connectql.errors import PermanentError, PlanError
+from connectql.errors import PlanError, RowsRefused
 from connectql.toolkit.envelope import META_COLUMNS, UNCHANGED
 from connectql.toolkit.messages import MESSAGE_COLUMNS
 from connectql.toolkit.sink import Rejected
@@ -646,9 +646,9 @@ class Target:
         except Exception as e:
             if not self.rejects(e):
                 raise
-            if not self.s.tolerant:  # a restart would meet the same rows: FAILED, or (a sink
-                kind, message = self.describe(e)  # of several streams) this stream stops
-                raise PermanentError(
+            if not self.s.tolerant:  # a sink of several streams: this stream stops alone
+                kind, message = self.describe(e)
+                raise RowsRefused(
                     f"the target refuses a row of the batch ({kind}): {message} (errors.tolerance"
                     " = 'all' sends such rows to a dead-letter stream)"
                 ) from None

@@ -387,6 +387,13 @@ def test_connector_tables_says_where_each_table_and_stream_is(cat):
     ]
     cat.record_progress("shop", {**row, "batch_id": 1, "end_offset": '{"phase": "stream"}'})
     assert [r[2] for r in cat.query(shop)[1]] == ["streaming"] * 3 + ["stopped"]
+    # b read again while the log flows (added, or ALTER ... SNAPSHOT TABLE)
+    again = {"phase": "stream", "tables": ["a", "d"], "catchup": ["b", ["7"], ["9"], 1]}
+    cat.record_progress("shop", {**row, "batch_id": 2, "end_offset": json.dumps(again)})
+    assert [r[2:4] for r in cat.query(shop)[1]][:2] == [
+        ("streaming", None),
+        ("snapshotting", '["7"]'),
+    ]
     out = f"{view} WHERE connector = 'out' ORDER BY stream"
     assert cat.query(out)[1] == [
         ("shop_a", "shop_a", "writing", None, None),

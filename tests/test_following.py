@@ -8,7 +8,10 @@ import json
 import threading
 import time
 
+import pytest
+
 from connectql.connectors import streamsread
+from connectql.errors import PlanError
 from tests.helpers import read_parquet_rows, run, wait_until
 from tests.test_mysql import pg_rows
 from tests.test_postgres import cdc_dbs, connection, db, sql  # noqa: F401 (fixtures)
@@ -223,3 +226,26 @@ def test_a_table_created_while_running_is_snapshotted_under_changes_and_followed
     assert pg_rows(dst_info, "SELECT v FROM n_a WHERE id = 1") != [("not read",)]
     assert read_parquet_rows(worker.home / "streams/nn_n_b", snapshot)[0][0] == snapshotted
     assert worker.catalog.get_connector("nsrc").tables == ("n_b", "m_c")
+
+    # ALTER ... SNAPSHOT TABLE: rows lost in the target come back, while n_b keeps changing
+    with pytest.raises(PlanError, match="n_a is not a table it reads"):
+        run(worker, "ALTER CONNECTOR nsrc SNAPSHOT TABLE n_a")
+    assert worker.catalog.get_connector("nsrc").snapshots == {}
+    sql(dst_info, "DELETE FROM n_b WHERE id % 3 = 0")
+    said = run(worker, "ALTER CONNECTOR nsrc SNAPSHOT TABLE n_b")[0].message
+    assert "snapshot of n_b asked" in said, said
+    for i in range(20):
+        sql(src_info, f"UPDATE n_b SET v = 'again{i}' WHERE id % 50 = {i}")
+        sql(src_info, f"INSERT INTO n_b VALUES ({60000 + i}, 'late', {i})")
+    query = "SELECT id, v, n FROM n_b ORDER BY id"
+    want = sql(src_info, query)
+    wait_until(
+        lambda: pg_rows(dst_info, query) == want,
+        timeout=120,
+        what="n_b whole again in the target",
+        diagnose=lambda: (len(pg_rows(dst_info, query) or []), len(want)),
+    )
+    again = read_parquet_rows(worker.home / "streams/nn_n_b", snapshot)[0][0]
+    assert again >= snapshotted + len(want) - 20, (again, snapshotted)
+    state = "SELECT state FROM connector_tables WHERE connector = 'nsrc' AND \"table\" = 'n_b'"
+    wait_until(lambda: run(worker, state)[0].rows == [("streaming",)], timeout=30)

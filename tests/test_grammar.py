@@ -20,6 +20,7 @@ from connectql.grammar.ast import (
     Select,
     Set,
     Show,
+    SnapshotTables,
 )
 from connectql.grammar.parser import parse_script, parse_statement
 from connectql.grammar.printer import to_sql
@@ -195,6 +196,10 @@ def test_as_select_needs_options():
         (
             "ALTER CONNECTOR c1 SET (tasks.max = 4, 'Run' = 'once')",
             AlterConnector("c1", {"tasks.max": 4, "run": "once"}),
+        ),
+        (
+            "alter connector shop snapshot table orders, 'my table', public.x",
+            SnapshotTables("shop", ["orders", "my table", "public.x"]),
         ),
         (
             "alter stream s set (retention = '1 day', 'retention.bytes' = '10 GB')",

@@ -169,6 +169,27 @@ MIGRATIONS.append(
     )
 )
 
+# connector_tables again: a table read whole while the change log flows (added, or ALTER ...
+# SNAPSHOT TABLE) is `snapshotting`, its last key read in snapshot_after, until done
+TABLES_VIEW_2 = TABLES_VIEW.replace(
+    "       WHEN o.committed_offset->>'phase' = 'stream' THEN 'streaming'",
+    "       WHEN o.committed_offset->'catchup'->>0 = t.name THEN 'snapshotting'\n"
+    "       WHEN o.committed_offset->>'phase' = 'stream' THEN 'streaming'",
+).replace(
+    "  CASE WHEN o.committed_offset->>'phase' = 'snapshot'",
+    "  CASE WHEN o.committed_offset->'catchup'->>0 = t.name\n"
+    "       THEN CAST(o.committed_offset->'catchup'->1 AS VARCHAR)\n"
+    "       WHEN o.committed_offset->>'phase' = 'snapshot'",
+)
+
+MIGRATIONS.append(
+    (
+        12,
+        "a source's tables to read again whole (ALTER ... SNAPSHOT TABLE), and their progress",
+        ["ALTER TABLE connectors ADD COLUMN tables_snapshot JSON", TABLES_VIEW_2],
+    )
+)
+
 LATEST = MIGRATIONS[-1][0]
 
 # connector_metrics keeps this many recent batches per connector

@@ -66,6 +66,8 @@ class ConnectorEntry:
     tables_failed: dict[str, str] = field(default_factory=dict)
     # a several-table source's tables added after its CREATE (found while running, ALTER)
     tables_added: tuple[str, ...] = ()
+    # a source's tables to read again, whole (ALTER ... SNAPSHOT TABLE): {table: request number}
+    snapshots: dict[str, int] = field(default_factory=dict)
 
     @property
     def streams(self) -> list[str]:
@@ -177,7 +179,8 @@ MEMO_ENTRIES = 4096  # Catalog.read's memo is emptied when it holds this many re
 
 ENTRY_SQL = (
     "SELECT c.name, kind, type, stream, k.options, k.select_sql, state, desired_state,"
-    " tasks, last_error, created_at, tables, tables_failed, tables_added FROM connectors c"
+    " tasks, last_error, created_at, tables, tables_failed, tables_added,"
+    " tables_snapshot FROM connectors c"
     " JOIN connector_config k ON c.name = k.name"
 )
 
@@ -187,7 +190,8 @@ def entry_of(r: tuple) -> ConnectorEntry:
     tables = tuple(json.loads(r[11])) if r[11] else ()
     failed = json.loads(r[12]) if r[12] else {}
     added = tuple(json.loads(r[13])) if r[13] else ()
-    return ConnectorEntry(*r[:4], decode_options(r[4]), *r[5:11], tables, failed, added)
+    snapshots = json.loads(r[14]) if r[14] else {}
+    return ConnectorEntry(*r[:4], decode_options(r[4]), *r[5:11], tables, failed, added, snapshots)
 
 
 STREAM_SQL = (
@@ -435,6 +439,13 @@ class Catalog:
         self.execute(
             "UPDATE connectors SET tables = ?, tables_added = ?, updated_at = ? WHERE name = ?",
             [json.dumps(list(tables)), json.dumps(list(added)) if added else None, now(), name],
+        )
+
+    def set_snapshots(self, name: str, snapshots: dict[str, int]) -> None:
+        """The tables of source `name` to read again, whole: {table: request number}."""
+        self.execute(
+            "UPDATE connectors SET tables_snapshot = ?, updated_at = ? WHERE name = ?",
+            [json.dumps(snapshots), now(), name],
         )
 
     def clear_failed_tables(self, name: str) -> None:

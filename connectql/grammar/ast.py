@@ -85,6 +85,14 @@ class AlterConnector(Statement):
 
 
 @dataclass
+class SnapshotTables(Statement):
+    """ALTER CONNECTOR name SNAPSHOT TABLE t [, u ...]: read those tables again, whole."""
+
+    name: str
+    tables: list[str]
+
+
+@dataclass
 class AlterStream(Statement):
     name: str
     options: dict[str, Value]

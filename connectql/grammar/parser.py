@@ -31,6 +31,7 @@ from connectql.grammar.ast import (
     Select,
     Set,
     Show,
+    SnapshotTables,
     Statement,
 )
 
@@ -224,6 +225,13 @@ class _Build(Transformer):
 
     def alter(self, items):
         return AlterConnector(**_fields(items))
+
+    def table_name(self, items):
+        text = str(items[0])
+        return text[1:-1].replace(text[0] * 2, text[0]) if text[:1] in "'\"" else text
+
+    def alter_snapshot(self, items):
+        return SnapshotTables(_fields(items)["name"], [i for i in items if type(i) is str])
 
     def alter_stream(self, items):
         return AlterStream(**_fields(items))

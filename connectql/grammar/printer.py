@@ -21,6 +21,7 @@ from connectql.grammar.ast import (
     Select,
     Set,
     Show,
+    SnapshotTables,
     Statement,
     Value,
 )
@@ -126,6 +127,9 @@ _PRINTERS: dict[type, Callable] = {
     Describe: lambda s: f"DESCRIBE {s.what.upper()} {s.name}",
     ConnectorAction: _action,
     AlterConnector: lambda s: f"ALTER CONNECTOR {s.name} SET {_options(s.options)}",
+    SnapshotTables: lambda s: (
+        f"ALTER CONNECTOR {s.name} SNAPSHOT TABLE {', '.join(map(_key, s.tables))}"
+    ),
     AlterStream: lambda s: f"ALTER STREAM {s.name} SET {_options(s.options)}",
     Drop: _drop,
     Explain: lambda s: "EXPLAIN " + to_sql(s.statement),

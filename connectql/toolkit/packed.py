@@ -20,6 +20,8 @@ SCHEMAS_OPTION = "connectql.tables.schemas"
 FAILED_OPTION = "connectql.tables.failed"
 # the reader option listing (JSON) the tables added while it ran (found, or by ALTER)
 ADDED_OPTION = "connectql.tables.added"
+# the reader option giving (JSON) the tables to read again whole: {table: request number}
+SNAPSHOT_OPTION = "connectql.tables.snapshot"
 # the Spark schema of a several-table source: a row is one chunk of one table's rows
 PACKED_DDL = f"`{TABLE_COLUMN}` STRING, `{ROWS_COLUMN}` BINARY"
 # a chunk's size at most (about): one Spark row holds it whole

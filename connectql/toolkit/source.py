@@ -131,6 +131,9 @@ class Source:
     #: ALTER), set like `failed`: a table added that its offset does not say it has read yet
     #: is to be read whole (e.g. snapshotted while the change log flows)
     added: frozenset[str] = frozenset()
+    #: tables to read again whole (ALTER ... SNAPSHOT TABLE), set like `failed`: {table: the
+    #: number of the latest request}; a source records in its offsets which it has served
+    snapshots: dict[str, int] = {}
     #: the pyarrow schema of each stream the rows go to, as it stands (by table; None for a
     #: one-table source), set by the toolkit before any call: a column a stream lacks is not
     #: kept; raise SchemaEvolved to widen the stream first

@@ -40,6 +40,7 @@ from connectql.toolkit.packed import (
     FAILED_OPTION,
     ONE_KEY,
     ONE_OPTION,
+    SNAPSHOT_OPTION,
     option_schemas,
     pack,
     pack_letters,
@@ -136,6 +137,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         source.checkpoint = options.get("connectql.checkpoint") or ""
         source.failed = frozenset(json.loads(options.get(FAILED_OPTION) or "[]"))
         source.added = frozenset(json.loads(options.get(ADDED_OPTION) or "[]"))
+        source.snapshots = json.loads(options.get(SNAPSHOT_OPTION) or "{}")
         data = [f for f in self.arrow_schema if f.name != DEAD_LETTER_COLUMN]
         streams = self.tables or {None: pa.schema(data)}
         source.stream_schemas = {None if t == ONE_KEY else t: s for t, s in streams.items()}

@@ -157,3 +157,31 @@ def retable(worker, entry, updated) -> Result:
         worker._start(worker.catalog.get_connector(name), "restarted with its new tables")
     following.follow(worker)
     return Result(f"altered connector {name}: " + "; ".join(said or ["its tables are the same"]))
+
+
+def snapshot(worker, name: str, tables: list[str]) -> Result:
+    """ALTER CONNECTOR name SNAPSHOT TABLE t, ...: read those tables of a source that takes
+    tables while it runs again, whole, in chunks while the change log flows (its target then
+    gets every row again: rows gone missing there come back); restarts it to ask."""
+    entry = worker.catalog.get_connector(name)
+    states.check_action(name, "alter", entry.state)
+    reader = worker._plan(entry).reader if entry.kind == "source" and entry.tables else None
+    if reader is None or not reader.adds_tables:
+        raise PlanError(
+            f"ALTER CONNECTOR {name} SNAPSHOT TABLE: only a postgres cdc source of several"
+            " tables reads a table again while it runs"
+        )
+    unknown = [t for t in tables if t not in entry.tables or t in entry.tables_failed]
+    if unknown:
+        raise PlanError(
+            f"ALTER CONNECTOR {name} SNAPSHOT TABLE: {', '.join(unknown)} is not a table it"
+            f" reads (it reads {', '.join(t for t in entry.tables if t not in entry.tables_failed)})"
+        )
+    asked = {**entry.snapshots, **{t: entry.snapshots.get(t, 0) + 1 for t in tables}}
+    worker.catalog.set_snapshots(name, asked)
+    said = f"snapshot of {', '.join(tables)} asked: read whole while the change log flows"
+    worker.catalog.log_event(name, worker.catalog.state_of(name), said)
+    if worker.engine.is_active(name) or entry.state == states.RESTARTING:
+        worker._stop(name, states.STOPPED, "a snapshot asked")
+        worker._start(worker.catalog.get_connector(name), said)
+    return Result(f"connector {name}: {said}")

@@ -42,7 +42,7 @@ from connectql.runtime.logs import log_to, redact_spark_log, stop_logging
 from connectql.runtime.retention import check_options
 from connectql.runtime.session import logging_settings, send_jvm_output_to, stop_session
 from connectql.runtime.streamwriter import writer_id
-from connectql.toolkit.packed import ADDED_OPTION, FAILED_OPTION
+from connectql.toolkit.packed import ADDED_OPTION, FAILED_OPTION, SNAPSHOT_OPTION
 from connectql.worker import describe, following, lifecycle, settings
 from connectql.worker.home import HomeLock, default_home_text, home_of
 from connectql.worker.lease import (
@@ -497,6 +497,9 @@ class Worker:
         if entry.tables_added:
             added = json.dumps(list(entry.tables_added))
             reader = replace(reader, options={**reader.options, ADDED_OPTION: added})
+        if entry.snapshots:
+            snapshots = json.dumps(entry.snapshots)
+            reader = replace(reader, options={**reader.options, SNAPSHOT_OPTION: snapshots})
         return replace(plan, reader=reader)
 
     def _engine_event(self, name: str, text: str) -> None:
@@ -721,6 +724,9 @@ class Worker:
 
     def _do_AlterConnector(self, s: ast.AlterConnector) -> Result:  # noqa: N802
         return lifecycle.alter(self, s.name, s.options)
+
+    def _do_SnapshotTables(self, s: ast.SnapshotTables) -> Result:  # noqa: N802
+        return lifecycle.snapshot(self, s.name, s.tables)
 
 
 def _resolved(key: str, value: str) -> str:

@@ -506,30 +506,34 @@ class TableSource(Source):
 
     def _covered(self, start: dict) -> list:
         """The tables whose changes the log carries from `start` on (an offset of before
-        "tables": each table read but those added since)."""
+        "tables": each table read but those added since), less those asked to be read again
+        (ALTER ... SNAPSHOT TABLE: a request newer than the offset's "snapshotted" says)."""
         if "tables" in start:
-            return [t for t in start["tables"] if t in self.tables_read]
-        return [t for t in self.tables_read if t not in self.added]
+            base = [t for t in start["tables"] if t in self.tables_read]
+        else:
+            base = [t for t in self.tables_read if t not in self.added]
+        served = start.get("snapshotted") or {}
+        return [t for t in base if self.snapshots.get(t, 0) <= served.get(t, 0)]
 
     @staticmethod
     def _carried(end: dict, start: dict, turn: str | None) -> dict:
         """A log batch's end carrying the tables and the snapshot under way from `start`."""
         if end is start:
             return start
-        kept = {k: start[k] for k in ("tables", "catchup") if k in start}
+        kept = {k: start[k] for k in ("tables", "catchup", "snapshotted") if k in start}
         return {**end, **kept, **({"turn": turn} if turn else {})}
 
     def _next_added_chunk(self, start: dict, table: str) -> dict:
         """The end of a batch that reads the next chunk of `table` (snapshot_rows rows up to its
         largest key when its snapshot began; a table without a key whole), at the log position
         of `start`; once it is read, the log covers it."""
-        catchup = start.get("catchup")
-        if catchup is None or catchup[0] != table:
+        catchup, asked = start.get("catchup"), self.snapshots.get(table, 0)
+        if catchup is None or catchup[0] != table or catchup[3:4] != [asked]:
             self.log_tables_changed(self._connection())  # before its snapshot begins
             key = self.key_of(table)
             upto = polling.last_key(self._db(table), self._src(table), key) if key else None
-            catchup = [table, None, upto]
-        _table, after, upto = catchup
+            catchup = [table, None, upto, asked]
+        after, upto = catchup[1], catchup[2]
         key = self.key_of(table)
         if not key:
             bound = [] if after is None else None
@@ -538,10 +542,12 @@ class TableSource(Source):
             bound = upto and polling.chunk_end(db, src, key, after, self.cfg.snapshot_rows, upto)[0]
         end = {k: v for k, v in start.items() if k != "catchup"}
         if not bound:
-            return {**end, "tables": [*start["tables"], table], "turn": "chunk"}
+            served = {**(start.get("snapshotted") or {}), table: asked} if asked else {}
+            done = {"snapshotted": served} if served else {}
+            return {**end, "tables": [*start["tables"], table], "turn": "chunk", **done}
         return {
             **end,
-            "catchup": [table, bound, upto],
+            "catchup": [table, bound, upto, asked],
             "chunk": [table, after, bound],
             "turn": "chunk",
         }

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from connectql.errors import ConnectQLError
@@ -333,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConnectQLError as e:
-        err_console.print(f"[bold red]error:[/bold red] {e}", highlight=False)
+        # a pipe gets the whole line (a terminal wraps it); the text is no markup
+        wrap = not err_console.is_terminal
+        err_console.print(
+            f"[bold red]error:[/bold red] {escape(str(e))}", highlight=False, soft_wrap=wrap
+        )
         return 1
     except KeyboardInterrupt:
         return 130

@@ -18,6 +18,7 @@ import io
 import json
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -55,7 +56,8 @@ class Printer:
         elif result.message:  # a pipe gets whole lines; a terminal wraps them
             mark = "[yellow]![/yellow]" if result.warning else "[green]✓[/green]"
             wrap = {"soft_wrap": not self.console.is_terminal}
-            self.console.print(f"{mark} {result.message}", highlight=not result.warning, **wrap)
+            text = f"{mark} {escape(result.message)}"
+            self.console.print(text, highlight=not result.warning, **wrap)
 
     def _line(self, text: str) -> None:
         self.console.file.write(text + "\n")

@@ -81,10 +81,23 @@ def test_a_failing_statement_stops_the_script_and_is_named(tmp_path):
     )
     r = connectql("run", str(script), home=tmp_path / "h")
     assert r.returncode == 1
-    err = "".join(r.stderr.split())  # the terminal's width may wrap it anywhere
-    assert f"{script}:2:unknownconnectortype'pulsar'" in err and "knowntypes:" in err
+    line = next(x for x in r.stderr.splitlines() if "error:" in x)  # a pipe: one whole line
+    assert f"error: {script}:2: unknown connector type 'pulsar'; known types: " in line, line
     shown = connectql("sql", "SELECT name FROM streams ORDER BY name", home=tmp_path / "h").stdout
     assert "│ a" in shown and "│ c" not in shown
+
+
+def test_messages_are_printed_as_they_are_not_as_markup():
+    """A message with square brackets (a table name, JSON) is text: rich must neither eat it
+    nor fail on it (a closing tag it cannot match)."""
+    from rich.console import Console
+
+    from connectql.formats import Printer
+    from connectql.worker.results import Result
+
+    out = Console(record=True, width=200)
+    Printer("table", out, out)(Result(message='stream ["f_b"] stopped [/x] [bold]y'))
+    assert 'stream ["f_b"] stopped [/x] [bold]y' in out.export_text()
 
 
 def test_unknown_option_suggests_the_nearest_key(tmp_path):

@@ -50,8 +50,9 @@ def routed_specs(plugin, resolved: dict[str, Any], names: list[str], ctx, entry,
     secret = {k for k, o in specs.items() if o.secret}
     held = [n for n in names if n in entry.tables_failed]
     if len(held) == len(names):
+        why = "; ".join(f"{n}: {entry.tables_failed[n]}" for n in held)
         raise PermanentError(
-            f"{where}: every stream stopped (see tables_failed); RESTART CONNECTOR tries them again"
+            f"{where}: every stream stopped (RESTART CONNECTOR tries them again): {why}"
         )
     specs_of, seen = [], {}
     for name in (n for n in names if n not in held):

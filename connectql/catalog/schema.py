@@ -130,14 +130,15 @@ MIGRATIONS.append(
 
 # A row per table of a source of several tables, per stream of a sink of several streams: its
 # state (a cdc source's tables are snapshotted one after another, then all follow the change
-# log), the records of its stream, where its snapshot is, and why it stopped.
+# log; a table added later, or asked again by ALTER ... SNAPSHOT TABLE, is read whole while the
+# log flows: "catchup" in the offset), the records of its stream, where its snapshot is, and
+# why it stopped.
 TABLES_VIEW = """CREATE OR REPLACE VIEW connector_tables AS
-SELECT c.name AS connector, c.kind, t.name AS "table",
-  CASE WHEN c.kind = 'sink' THEN t.name
-       ELSE c.stream || '_' || regexp_replace(t.name, '[^A-Za-z0-9_]', '_', 'g') END AS stream,
-  CASE WHEN json_exists(c.tables_failed, '$."' || t.name || '"') THEN 'stopped'
+SELECT c.name AS connector, c.kind, t.name AS "table", d.stream,
+  CASE WHEN d.error IS NOT NULL THEN 'stopped'
        WHEN c.kind = 'sink' THEN 'writing'
        WHEN o.committed_offset IS NULL THEN 'waiting'
+       WHEN o.committed_offset->'catchup'->>0 = t.name THEN 'snapshotting'
        WHEN o.committed_offset->>'phase' = 'stream' THEN 'streaming'
        WHEN o.committed_offset->>'phase' IS NULL THEN 'reading'
        WHEN t.place < list_position(CAST(c.tables AS VARCHAR[]), o.committed_offset->>'table')
@@ -146,16 +147,21 @@ SELECT c.name AS connector, c.kind, t.name AS "table",
          THEN 'snapshotting'
        ELSE 'waiting' END AS state,
   s.records,
-  CASE WHEN o.committed_offset->>'phase' = 'snapshot'
+  CASE WHEN o.committed_offset->'catchup'->>0 = t.name
+       THEN CAST(o.committed_offset->'catchup'->1 AS VARCHAR)
+       WHEN o.committed_offset->>'phase' = 'snapshot'
         AND t.name = coalesce(o.committed_offset->>'table', CAST(c.tables AS VARCHAR[])[1])
        THEN CAST(o.committed_offset->'after' AS VARCHAR) END AS snapshot_after,
-  json_extract_string(c.tables_failed, '$."' || t.name || '"') AS error
+  d.error
 FROM connectors c,
   LATERAL (SELECT unnest(CAST(c.tables AS VARCHAR[])) AS name,
-                  generate_subscripts(CAST(c.tables AS VARCHAR[]), 1) AS place) t
+                  generate_subscripts(CAST(c.tables AS VARCHAR[]), 1) AS place) t,
+  LATERAL (SELECT
+    CASE WHEN c.kind = 'sink' THEN t.name
+         ELSE c.stream || '_' || regexp_replace(t.name, '[^A-Za-z0-9_]', '_', 'g') END AS stream,
+    json_extract_string(c.tables_failed, '$."' || t.name || '"') AS error) d
 LEFT JOIN connector_offsets o ON o.connector = c.name
-LEFT JOIN streams s ON s.name = (CASE WHEN c.kind = 'sink' THEN t.name
-  ELSE c.stream || '_' || regexp_replace(t.name, '[^A-Za-z0-9_]', '_', 'g') END)"""
+LEFT JOIN streams s ON s.name = d.stream"""
 
 MIGRATIONS.append(
     (10, "connector_tables: each table of a source, each stream of a sink", [TABLES_VIEW])
@@ -169,24 +175,14 @@ MIGRATIONS.append(
     )
 )
 
-# connector_tables again: a table read whole while the change log flows (added, or ALTER ...
-# SNAPSHOT TABLE) is `snapshotting`, its last key read in snapshot_after, until done
-TABLES_VIEW_2 = TABLES_VIEW.replace(
-    "       WHEN o.committed_offset->>'phase' = 'stream' THEN 'streaming'",
-    "       WHEN o.committed_offset->'catchup'->>0 = t.name THEN 'snapshotting'\n"
-    "       WHEN o.committed_offset->>'phase' = 'stream' THEN 'streaming'",
-).replace(
-    "  CASE WHEN o.committed_offset->>'phase' = 'snapshot'",
-    "  CASE WHEN o.committed_offset->'catchup'->>0 = t.name\n"
-    "       THEN CAST(o.committed_offset->'catchup'->1 AS VARCHAR)\n"
-    "       WHEN o.committed_offset->>'phase' = 'snapshot'",
-)
-
 MIGRATIONS.append(
     (
         12,
         "a source's tables to read again whole (ALTER ... SNAPSHOT TABLE), and their progress",
-        ["ALTER TABLE connectors ADD COLUMN tables_snapshot JSON", TABLES_VIEW_2],
+        [
+            "ALTER TABLE connectors ADD COLUMN tables_snapshot JSON",
+            TABLES_VIEW,  # a home that ran 10 first had it without the tables read again
+        ],
     )
 )
 

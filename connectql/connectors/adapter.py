@@ -50,8 +50,8 @@ STREAMS = Option(
     "streams",
     doc="several streams instead of FROM stream, each written as by a sink of its own: a comma"
     " list and/or patterns ('shop_*'; * or % any text, ? one character), and streams created"
-    " later that match; in the other options ${stream} is the stream's name and ${table} the source table it"
-    " carries (e.g. table = 'out_${table}'); one query for them all",
+    " later that match; in the other options ${stream} is the stream's name and ${table} the"
+    " source table it carries (e.g. table = 'out_${table}'); one query for them all",
 )
 
 

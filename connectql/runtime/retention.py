@@ -238,12 +238,17 @@ def log_offset(checkpoint: str | Path, batch_id: int) -> int:
 
 
 def batch_files(checkpoint: str | Path, batch_id: int) -> list[str]:
-    """The files Spark's file source gave query batch `batch_id` (as paths in its log)."""
+    """The files Spark's file source gave query batch `batch_id` (as paths in its log): those
+    of its own log batches the query's batch spans (a compacted log file holds every earlier
+    batch's entries too)."""
     start = log_offset(checkpoint, batch_id - 1) if batch_id > 0 else -1
     end = log_offset(checkpoint, batch_id)
-    lines = _log_lines(Path(checkpoint) / "sources" / "0")
-    entries = [json.loads(line) for line in lines]
-    return [e["path"] for e in entries if start < e.get("batchId", end) <= end]
+    log, files = Path(checkpoint) / "sources" / "0", []
+    for n in range(start + 1, end + 1):
+        path = log / str(n) if (log / str(n)).exists() else log / f"{n}.compact"
+        entries = [json.loads(x) for x in path.read_text().splitlines()[1:] if x.strip()]
+        files += [e["path"] for e in entries if e.get("batchId", n) == n]
+    return files
 
 
 def files_read(checkpoint: str | Path) -> set[str]:

@@ -133,8 +133,8 @@ def retable(worker, entry, updated) -> Result:
     while it runs: the tables the new value adds are read whole while the others' changes
     flow, the ones it leaves out are no longer read (their streams stay), the others go on."""
     name = entry.name
-    reader = worker._plan(replace(updated, tables=())).reader if entry.tables else None
-    if reader is None or not reader.adds_tables or entry.kind != "source":
+    reader = _taking_tables(worker, replace(updated, tables=entry.tables))
+    if reader is None:
         raise PlanError(
             f"ALTER CONNECTOR cannot change the tables of connector '{name}' (only a postgres"
             " cdc source of several tables takes tables while it runs): drop and re-create it"
@@ -165,8 +165,7 @@ def snapshot(worker, name: str, tables: list[str]) -> Result:
     gets every row again: rows gone missing there come back); restarts it to ask."""
     entry = worker.catalog.get_connector(name)
     states.check_action(name, "alter", entry.state)
-    reader = worker._plan(entry).reader if entry.kind == "source" and entry.tables else None
-    if reader is None or not reader.adds_tables:
+    if _taking_tables(worker, entry) is None:
         raise PlanError(
             f"ALTER CONNECTOR {name} SNAPSHOT TABLE: only a postgres cdc source of several"
             " tables reads a table again while it runs"
@@ -185,3 +184,12 @@ def snapshot(worker, name: str, tables: list[str]) -> Result:
         worker._stop(name, states.STOPPED, "a snapshot asked")
         worker._start(worker.catalog.get_connector(name), said)
     return Result(f"connector {name}: {said}")
+
+
+def _taking_tables(worker, entry):
+    """The reader spec of source `entry` (its options, tables not yet resolved) when it is one
+    of several tables that takes tables while it runs; None otherwise."""
+    if entry.kind != "source" or not entry.tables:
+        return None
+    reader = worker._plan(replace(entry, tables=())).reader
+    return reader if reader.adds_tables else None

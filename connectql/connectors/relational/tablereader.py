@@ -487,7 +487,8 @@ class TableSource(Source):
     # the log's last batch and positioned after it: the log's later batches carry every change
     # made since, so the table converges as the initial snapshot does. The offset says which
     # tables the log covers ("tables"), the snapshot under way ("catchup": [table, last key
-    # read, last key]), the chunk a batch reads ("chunk") and whose turn it was ("turn").
+    # read, last key, the SNAPSHOT TABLE request it serves]), the requests served
+    # ("snapshotted"), the chunk a batch reads ("chunk") and whose turn it was ("turn").
 
     def _next_with_tables(self, start: dict) -> dict:
         # what the batch ending at `start` read ("parts", "chunk") is no part of the next's
@@ -528,13 +529,12 @@ class TableSource(Source):
         largest key when its snapshot began; a table without a key whole), at the log position
         of `start`; once it is read, the log covers it."""
         catchup, asked = start.get("catchup"), self.snapshots.get(table, 0)
+        key = self.key_of(table)
         if catchup is None or catchup[0] != table or catchup[3:4] != [asked]:
             self.log_tables_changed(self._connection())  # before its snapshot begins
-            key = self.key_of(table)
             upto = polling.last_key(self._db(table), self._src(table), key) if key else None
             catchup = [table, None, upto, asked]
         after, upto = catchup[1], catchup[2]
-        key = self.key_of(table)
         if not key:
             bound = [] if after is None else None
         else:

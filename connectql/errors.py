@@ -25,6 +25,10 @@ class PlanError(ConnectQLError):
     """A connector that cannot be planned (type not installed, schema conflict, bad transform)."""
 
 
+class TableMissing(PlanError):
+    """A source's table does not exist (not created yet, or dropped)."""
+
+
 class CatalogError(ConnectQLError):
     """A catalog object that is missing or already there."""
 

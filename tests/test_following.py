@@ -249,3 +249,16 @@ def test_a_table_created_while_running_is_snapshotted_under_changes_and_followed
     assert again >= snapshotted + len(want) - 20, (again, snapshotted)
     state = "SELECT state FROM connector_tables WHERE connector = 'nsrc' AND \"table\" = 'n_b'"
     wait_until(lambda: run(worker, state)[0].rows == [("streaming",)], timeout=30)
+
+    # DROP TABLE: m_c's changes end, the connector and n_b go on
+    sql(src_info, "DROP TABLE m_c")
+    sql(src_info, "INSERT INTO n_b VALUES (70000, 'after drop', 1)")
+    after = "SELECT v FROM n_b WHERE id = 70000"
+    wait_until(lambda: pg_rows(dst_info, after) == [("after drop",)], timeout=60, what="n_b on")
+    dropped = "SELECT state, error FROM connector_tables WHERE connector = 'nsrc'"
+    wait_until(
+        lambda: "dropped" in dict(run(worker, dropped)[0].rows).get("stopped", ""),
+        timeout=60,
+        what="m_c stopped, named dropped",
+    )
+    assert worker.catalog.get_connector("nsrc").state == "RUNNING"

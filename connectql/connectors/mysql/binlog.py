@@ -68,6 +68,7 @@ EVENTS = [TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEv
 EVENTS += [MariadbGtidEvent, RotateEvent]
 OPS = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
 SNAPSHOT_SEQ = 0  # changes count from 1 within their transaction, so snapshot rows sort first
+AFTER_SEQ = 99_999_999  # rows read after a transaction's changes sort after them (after())
 NO_PRIVILEGE, LOG_GONE = 1227, 1236
 # what mysql-replication raises at a row it cannot decode (e.g. a DATE '2024-02-31')
 UNDECODABLE = (ValueError, ArithmeticError, LookupError, UnicodeError)
@@ -80,6 +81,12 @@ def position(file: str, pos: int) -> dict:
 def order(p: dict) -> tuple[int, int]:
     """A sortable form: binlog files are numbered name.000001, name.000002, ..."""
     return int(p["file"].rsplit(".", 1)[-1]), int(p["pos"])
+
+
+def after(p: dict) -> dict:
+    """Position `p`, marked for rows read after its transaction: they sort after its changes
+    and before the next transaction's (a table snapshotted while the log flows)."""
+    return {**position(p["file"], p["pos"]), "after": True}
 
 
 def text_pos(p: dict, seq: int) -> str:
@@ -493,8 +500,11 @@ def source(cfg, snapshot: bool, **where) -> str:
 
 
 def with_snapshot_columns(batch: pa.RecordBatch, cfg, schema: StructType, pos: dict):
-    """Snapshot rows, positioned before every change after the snapshot began."""
-    return snapshot_columns(batch, schema, text_pos(pos, SNAPSHOT_SEQ), source(cfg, True, **pos))
+    """Snapshot rows, positioned before every change after the snapshot began (after those of
+    its position's transaction when read after it: after())."""
+    seq = AFTER_SEQ if pos.get("after") else SNAPSHOT_SEQ
+    at = position(pos["file"], pos["pos"])
+    return snapshot_columns(batch, schema, text_pos(pos, seq), source(cfg, True, **at))
 
 
 # ------------------------------------------------------------------ errors

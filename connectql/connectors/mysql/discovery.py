@@ -16,11 +16,12 @@ from connectql.connectors.relational.source import count_sql
 from connectql.connectors.relational.tablereader import Table
 
 
-def discover(cfg, cdc: bool, where: str) -> list[Table]:
+def discover(cfg, cdc: bool, where: str, log_checks: bool = True) -> list[Table]:
     """At CREATE: the columns and key of each table the source reads, checking what
-    change-data capture needs."""
+    change-data capture needs (the binary log's settings and the user's right to read it
+    unless not `log_checks`: a running source looking for tables created since)."""
     with connect(cfg.connection) as conn:
-        if cdc:
+        if cdc and log_checks:
             check_binlog(conn, where)
             check_replication(cfg, where)
         found = []

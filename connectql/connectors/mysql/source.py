@@ -62,12 +62,22 @@ class MysqlSource(MysqlTables, tr.TableSource):
         return self.cfg.for_table(table).relation()
 
     def _walker(self, conn, reader: int) -> binlog.Walker:
-        columns = {t: columns_of(conn, self.cfg.schema, t) for t in self.tables_read}
+        columns = {t: columns_of(conn, self.cfg.schema, t) for t in self.live_schemas}
         texts = {
             t: {f.name for f in s.fields if isinstance(f.dataType, StringType)}
             for t, s in self.schemas.items()
         }
         return binlog.Walker(self.cfg, columns, reader, texts)
+
+    finds_tables = True
+
+    def find_tables(self) -> list[str]:
+        return [t.name for t in discover(self.cfg, self.cdc, self.where, log_checks=False)]
+
+    def log_after(self, position: dict) -> dict:
+        """After every change of the transaction ending at `position` and before the next's
+        (binlog.text_pos); the binlog walks from `position` itself."""
+        return binlog.after(position)
 
     def log_start(self, conn) -> dict:
         return binlog.current(conn)
@@ -105,7 +115,7 @@ class MysqlSource(MysqlTables, tr.TableSource):
         return binlog.order(position)
 
     def log_read(self, conn, part: tr.Range) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
-        keys = {t: self.meta(conn, t).key for t in self.tables_read}
+        keys = {t: self.meta(conn, t).key for t in self.live_schemas}
         walker = self._walker(conn, 1)
         yield from binlog.read_changes(
             walker, part, self.live_schemas, keys, conn, self.tolerant, self.cannot_read

@@ -9,7 +9,7 @@ from connectql.connectors.mysql.client import qualified, query
 from connectql.connectors.mysql.types import Column, spark_type
 from connectql.connectors.relational import declared
 from connectql.connectors.relational.tablereader import Table
-from connectql.errors import PlanError
+from connectql.errors import PlanError, TableMissing
 
 # server variable -> the value change-data capture needs
 BINLOG_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL"}
@@ -28,7 +28,7 @@ def columns_of(conn, database: str, table: str) -> list[Column]:
 def describe_table(conn, database: str, table: str, where: str) -> Table:
     columns = columns_of(conn, database, table)
     if not columns:
-        raise PlanError(
+        raise TableMissing(
             f"{where}: table {database}.{table} does not exist{_similar(conn, database)}"
         )
     key = primary_key(conn, database, table)

@@ -207,7 +207,7 @@ class PostgresSource(PostgresTables, TableSource):
         if part.kind != "spool":
             yield from super()._read(conn, part, fast)
             return
-        keys = {t: self.meta(conn, t).key for t in self.tables_read}
+        keys = {t: self.meta(conn, t).key for t in self.live_schemas}
         txns = walstream.read_spool(self._spool(), part.log_from, part.log_to)
         yield from self._changes_out(self._changes(conn, keys, txns))
 
@@ -248,7 +248,7 @@ class PostgresSource(PostgresTables, TableSource):
         super().close()
 
     def log_read(self, conn, part: Range) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
-        keys = {t: self.meta(conn, t).key for t in self.tables_read}
+        keys = {t: self.meta(conn, t).key for t in self.live_schemas}
         txns = cdc.transactions(conn, self.cfg.slot, part.log_from, part.log_to)
         yield from self._changes(conn, keys, txns)
 

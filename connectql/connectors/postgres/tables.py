@@ -10,7 +10,7 @@ from connectql.connectors.postgres.types import spark_type
 from connectql.connectors.relational import declared
 from connectql.connectors.relational.source import count_sql
 from connectql.connectors.relational.tablereader import Table
-from connectql.errors import PlanError
+from connectql.errors import PlanError, TableMissing
 
 
 def describe_table(conn, schema: str, name: str, where: str) -> Table:
@@ -29,7 +29,7 @@ def describe_table(conn, schema: str, name: str, where: str) -> Table:
         (schema, name),
     ).fetchall()
     if not rows:
-        raise PlanError(f"{where}: table {schema}.{name} does not exist{_similar(conn, schema)}")
+        raise TableMissing(f"{where}: table {schema}.{name} does not exist{_similar(conn, schema)}")
     columns, notes = [], []
     for col, pg, enum in rows:
         st = spark_type(pg, enum is not None)

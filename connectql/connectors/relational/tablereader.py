@@ -27,7 +27,13 @@ from connectql.connectors.relational.source import (
     config_fields,
     table_place,
 )
-from connectql.errors import ConnectQLError, PlanError, SchemaEvolved, TableFailed
+from connectql.errors import (
+    ConnectQLError,
+    PlanError,
+    SchemaEvolved,
+    TableFailed,
+    TableMissing,
+)
 from connectql.errortext import short_error
 from connectql.toolkit.envelope import META_COLUMNS
 from connectql.toolkit.source import DeadLetter, Source
@@ -349,6 +355,10 @@ class TableSource(Source):
         db = self.dialect(conn, self.meta(conn, table))
         return polling.read_range(db, self._src(table), [], None, None)
 
+    def find_tables(self) -> list[str]:
+        """While running: the tables the patterns match now that it could capture."""
+        return [t.name for t in self.discover(self.cfg, self.cdc, self.where)]
+
     def log_order(self, position):
         """A sortable form of a position."""
         return position
@@ -375,9 +385,20 @@ class TableSource(Source):
         return self._conn
 
     def meta(self, conn, table: str | None) -> Table:
-        """A table's column types and key, looked up once per process."""
+        """A table's column types and key, looked up once per process. A table of several
+        that was dropped stops alone (TableFailed): its stream keeps what was read, and the
+        changes not read before the DROP are lost with the table's definition."""
         if table not in self._metas:
-            self._metas[table] = self.describe(conn, table)
+            try:
+                self._metas[table] = self.describe(conn, table)
+            except TableMissing as e:
+                if not (self.multi and table is not None):
+                    raise
+                raise TableFailed(
+                    table,
+                    f"{short_error(str(e))}: dropped, its stream's changes end (the other tables"
+                    " go on; RESTART CONNECTOR reads it again once it exists)",
+                ) from None
         return self._metas[table]
 
     def _db(self, table: str | None, conn=None) -> polling.Db:
@@ -560,7 +581,7 @@ class TableSource(Source):
             return
         self._looked_at = now
         try:
-            found = [t.name for t in self.discover(self.cfg, self.cdc, self.where)]
+            found = self.find_tables()
         except Exception:  # e.g. a keyless table it cannot capture yet: looked at again later
             return
         new = [t for t in found if t not in self.schemas]

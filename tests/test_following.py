@@ -262,3 +262,36 @@ def test_a_table_created_while_running_is_snapshotted_under_changes_and_followed
         what="m_c stopped, named dropped",
     )
     assert worker.catalog.get_connector("nsrc").state == "RUNNING"
+
+
+def test_a_signal_table_that_cannot_be_read_is_named_at_create(worker, pg_logical, cdc_dbs):  # noqa: F811
+    """signal.table must be readable when the source is created: the error names it and the
+    statement that makes it, and nothing is created."""
+    (src, src_info), _dst = cdc_dbs
+    sql(src_info, "CREATE TABLE s_a (id int PRIMARY KEY)")
+    statement = (
+        f"CREATE SOURCE CONNECTOR ssrc FROM postgres INTO ss WITH ({connection(pg_logical, src)},"
+        " table = 's_*', 'signal.table' = 'public.no_signals')"
+    )
+    with pytest.raises(PlanError, match=r"signal.table public.no_signals cannot be read") as e:
+        run(worker, statement)
+    assert "CREATE TABLE public.no_signals (id VARCHAR(42) PRIMARY KEY" in str(e.value)
+    assert not worker.catalog.has_connector("ssrc")
+    one = statement.replace("table = 's_*'", "table = 's_a'")
+    with pytest.raises(PlanError, match="signal.table asks for snapshots of tables of a cdc"):
+        run(worker, one)
+
+
+def test_signal_rows_are_served_once_while_they_stay_in_the_table():
+    from connectql.connectors.relational import signals
+
+    snap = signals.SNAPSHOT
+    rows = [("1", snap, '{"data-collections": ["db.a", "b", "zz"]}'), ("2", "log", "{}")]
+    first = signals.served({"log": 5}, rows, ["a", "b"])
+    assert first == {"log": 5, "signals": ["1", "2"], "signalled": {"a": 1, "b": 1}}
+    assert signals.served(first, rows, ["a", "b"]) is first
+    more = signals.served(first, [*rows, ("3", snap, '{"data-collections": ["a"]}')], ["a"])
+    assert more["signalled"] == {"a": 2, "b": 1} and more["signals"] == ["1", "2", "3"]
+    gone = signals.served(more, [("3", snap, "{}")], ["a"])
+    assert gone["signals"] == ["3"] and gone["signalled"] == more["signalled"]
+    assert signals.tables_asked("not json") == [] and signals.tables_asked('{"x": 1}') == []

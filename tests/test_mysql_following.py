@@ -11,6 +11,7 @@ import time
 
 import psycopg
 
+from connectql.connectors.relational import signals
 from tests.helpers import read_parquet_rows, run, wait_until
 from tests.mariadbserver import mariadb_binlog  # noqa: F401 (fixture)
 from tests.test_mysql import binlog_db, pg_db, pg_rows  # noqa: F401 (fixtures)
@@ -35,13 +36,14 @@ def _equal(db, pg_info: str, table: str, columns: str, timeout: float = 120) -> 
 
 def test_tables_found_resnapshotted_retabled_and_dropped_on_mariadb(worker, binlog_db, pg_db):  # noqa: F811
     pg_name, pg_info = pg_db
+    binlog_db.sql(signals.CREATE.format(name="cq_signals"))
     binlog_db.sql("CREATE TABLE n_a (id INT PRIMARY KEY, v VARCHAR(20))")
     binlog_db.sql("INSERT INTO n_a SELECT seq, CONCAT('a', seq) FROM seq_1_to_300")
     run(
         worker,
         f"""
         CREATE SOURCE CONNECTOR msrc FROM mysql INTO mm WITH ({binlog_db.options()},
-          table = 'n_*', 'batch.rows' = 700);
+          table = 'n_*', 'batch.rows' = 700, 'signal.table' = 'cq_signals');
         CREATE SINK CONNECTOR mout TO postgres WITH (host = '127.0.0.1',
           database = '{pg_name}', streams = 'mm_*', table = '${{table}}');
         """,
@@ -92,6 +94,16 @@ def test_tables_found_resnapshotted_retabled_and_dropped_on_mariadb(worker, binl
     again = read_parquet_rows(worker.home / "streams/mm_n_b", SNAPSHOT_ROWS)[0][0]
     assert again >= snapshotted + 3000, (again, snapshotted)
 
+    # a row in the signal table asks for the same, once, whatever ids were served before
+    with psycopg.connect(pg_info, autocommit=True) as c:
+        c.execute("DELETE FROM n_b WHERE id % 4 = 1")
+    signal = '{"data-collections": ["%s.n_b"]}' % binlog_db.name
+    binlog_db.sql(f"INSERT INTO cq_signals VALUES ('s-1', 'execute-snapshot', '{signal}')")
+    binlog_db.sql("UPDATE n_b SET v = 'signalled' WHERE id = 2")
+    _equal(binlog_db, pg_info, "n_b", "id, v, n")
+    thrice = read_parquet_rows(worker.home / "streams/mm_n_b", SNAPSHOT_ROWS)[0][0]
+    assert thrice >= again + 3000, (thrice, again)
+
     # ALTER ... SET (table = ...): m_c added (read whole), n_a left out, n_b goes on as it was
     binlog_db.sql("CREATE TABLE m_c (k VARCHAR(10) PRIMARY KEY, n INT)")
     binlog_db.sql("INSERT INTO m_c SELECT CONCAT('k', seq), seq FROM seq_1_to_700")
@@ -119,9 +131,3 @@ def test_tables_found_resnapshotted_retabled_and_dropped_on_mariadb(worker, binl
     dropped = "SELECT state, error FROM connector_tables WHERE connector = 'msrc'"
     rows = dict(run(worker, dropped + " AND \"table\" = 'm_c'")[0].rows)
     assert "dropped" in rows.get("stopped", ""), rows
-
-
-
-
-
-

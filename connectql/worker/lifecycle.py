@@ -136,8 +136,8 @@ def retable(worker, entry, updated) -> Result:
     reader = _taking_tables(worker, replace(updated, tables=entry.tables))
     if reader is None:
         raise PlanError(
-            f"ALTER CONNECTOR cannot change the tables of connector '{name}' (only a postgres"
-            " cdc source of several tables takes tables while it runs): drop and re-create it"
+            f"ALTER CONNECTOR cannot change the tables of connector '{name}' (only a cdc"
+            " source (postgres, mysql) of several tables takes tables while it runs): drop and re-create it"
         )
     found = reader.discover()
     names = [f.table for f in found]
@@ -167,7 +167,7 @@ def snapshot(worker, name: str, tables: list[str]) -> Result:
     states.check_action(name, "alter", entry.state)
     if _taking_tables(worker, entry) is None:
         raise PlanError(
-            f"ALTER CONNECTOR {name} SNAPSHOT TABLE: only a postgres cdc source of several"
+            f"ALTER CONNECTOR {name} SNAPSHOT TABLE: only a cdc source (postgres, mysql) of several"
             " tables reads a table again while it runs"
         )
     unknown = [t for t in tables if t not in entry.tables or t in entry.tables_failed]

@@ -69,6 +69,13 @@ def source_options(log: str) -> dict[str, Option]:
                 " changes, polled rows and a snapshot batch of several tables",
             ),
             Option(
+                "signal.table",
+                doc="cdc of several tables: a table (id, type, data text columns, as"
+                " Debezium's) whose rows of type 'execute-snapshot' and data"
+                ' \'{"data-collections": ["t", ...]}\' read those tables again while the'
+                " changes flow, as ALTER CONNECTOR ... SNAPSHOT TABLE does",
+            ),
+            Option(
                 "schema.change",
                 "enum",
                 "evolve",
@@ -94,6 +101,11 @@ def check_source_options(opts: dict[str, Any], where: str) -> None:
         raise PlanError(f"{where}: give table or query, not both")
     if mode == "cdc" and opts.get("query"):
         raise PlanError(f"{where}: mode = 'cdc' reads a table, not a query")
+    if opts.get("signal.table") and (mode != "cdc" or not multitable.patterns(opts.get("table"))):
+        raise PlanError(
+            f"{where}: signal.table asks for snapshots of tables of a cdc source of several:"
+            " give mode = 'cdc' and a table list or pattern"
+        )
     if mode == "incremental" and not (
         opts.get("incrementing.column") or opts.get("timestamp.column")
     ):
@@ -141,6 +153,7 @@ def config_fields(opts: dict[str, Any]) -> dict[str, Any]:
         "tasks": opts["tasks.max"],
         "schema_change": opts["schema.change"],
         "tolerance": opts.get("errors.tolerance") or "none",
+        "signal_table": opts.get("signal.table"),
     }
 
 

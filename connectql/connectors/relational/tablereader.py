@@ -17,7 +17,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from connectql.connectors.relational import polling
+from connectql.connectors.relational import polling, signals
 from connectql.connectors.relational.bounds import endpoint
 from connectql.connectors.relational.changerows import UNREADABLE, cannot_read, dead_letter
 from connectql.connectors.relational.source import (
@@ -95,6 +95,7 @@ class TableConfig:
     connector: str = ""
     patterns: tuple[str, ...] = ()  # several tables: names and patterns, resolved at CREATE
     tolerance: str = "none"  # errors.tolerance: 'all' sends a change it cannot read to dead letters
+    signal_table: str | None = None  # signal.table: snapshots asked by rows (signals.py)
 
     def for_table(self, table: str | None):
         """These settings for one of the source's tables."""
@@ -188,6 +189,7 @@ class TableSource(Source):
         self._found: list[Table] | None = None  # what discovery found (CREATE)
         self._lag: int | None = None
         self._lag_at = 0.0
+        self._signals_at = 0.0
 
     @property
     def where(self) -> str:
@@ -249,8 +251,20 @@ class TableSource(Source):
                     raise PlanError(
                         f"{self.where}: {t.qualified} has no column {', '.join(missing)}"
                     )
+            if self.cfg.signal_table:
+                self._check_signals()
             self._found = found
         return self._found
+
+    def _check_signals(self) -> None:
+        try:
+            self._signal_rows()
+        except Exception as e:
+            name = self.cfg.signal_table
+            raise PlanError(
+                f"{self.where}: signal.table {name} cannot be read: {short_error(str(e))}"
+                f" (create it: {signals.CREATE.format(name=name)})"
+            ) from None
 
     def tables(self) -> list[StreamTable] | None:
         if not self.multi:
@@ -514,7 +528,8 @@ class TableSource(Source):
     def _next_with_tables(self, start: dict) -> dict:
         # what the batch ending at `start` read ("parts", "chunk") is no part of the next's
         done = {k: v for k, v in start.items() if k not in ("parts", "chunk")}
-        start = {**done, "tables": self._covered(start)}
+        start = self._signalled(done)
+        start = {**start, "tables": self._covered(start)}
         pending = [t for t in self.tables_read if t not in start["tables"] and t not in self.failed]
         if not pending:
             self._look_for_tables()
@@ -535,21 +550,41 @@ class TableSource(Source):
         else:
             base = [t for t in self.tables_read if t not in self.added]
         served = start.get("snapshotted") or {}
-        return [t for t in base if self.snapshots.get(t, 0) <= served.get(t, 0)]
+        return [t for t in base if self._asked(start, t) <= served.get(t, 0)]
+
+    def _asked(self, start: dict, table: str) -> int:
+        """The snapshots of `table` asked so far: by ALTER ... SNAPSHOT TABLE and by signals."""
+        return self.snapshots.get(table, 0) + (start.get("signalled") or {}).get(table, 0)
+
+    def _signalled(self, start: dict) -> dict:
+        """`start` with the signal table's new snapshot requests (signal.table), read at most
+        every SIGNAL_EVERY_S."""
+        now = time.monotonic()
+        if not self.cfg.signal_table or now - self._signals_at < signals.SIGNAL_EVERY_S:
+            return start
+        self._signals_at = now
+        return signals.served(start, self._signal_rows(), self.tables_read)
+
+    def _signal_rows(self) -> list[tuple[str, str, str]]:
+        schema, name = self.place[1](self.cfg.signal_table, self.cfg.schema)
+        where = replace(self.cfg, schema=schema, table=name, patterns=(), query=None)
+        db = self.dialect(self._connection(), Table(schema, name, (), ()))
+        return signals.read(db, where.relation())
 
     @staticmethod
     def _carried(end: dict, start: dict, turn: str | None) -> dict:
         """A log batch's end carrying the tables and the snapshot under way from `start`."""
         if end is start:
             return start
-        kept = {k: start[k] for k in ("tables", "catchup", "snapshotted") if k in start}
+        kept = ("tables", "catchup", "snapshotted", "signals", "signalled")
+        kept = {k: start[k] for k in kept if k in start}
         return {**end, **kept, **({"turn": turn} if turn else {})}
 
     def _next_added_chunk(self, start: dict, table: str) -> dict:
         """The end of a batch that reads the next chunk of `table` (snapshot_rows rows up to its
         largest key when its snapshot began; a table without a key whole), at the log position
         of `start`; once it is read, the log covers it."""
-        catchup, asked = start.get("catchup"), self.snapshots.get(table, 0)
+        catchup, asked = start.get("catchup"), self._asked(start, table)
         key = self.key_of(table)
         if catchup is None or catchup[0] != table or catchup[3:4] != [asked]:
             self.log_tables_changed(self._connection())  # before its snapshot begins

@@ -6,6 +6,7 @@ changes without failing the connector."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -97,7 +98,7 @@ def test_tables_found_resnapshotted_retabled_and_dropped_on_mariadb(worker, binl
     # a row in the signal table asks for the same, once, whatever ids were served before
     with psycopg.connect(pg_info, autocommit=True) as c:
         c.execute("DELETE FROM n_b WHERE id % 4 = 1")
-    signal = '{"data-collections": ["%s.n_b"]}' % binlog_db.name
+    signal = json.dumps({"data-collections": [f"{binlog_db.name}.n_b"]})
     binlog_db.sql(f"INSERT INTO cq_signals VALUES ('s-1', 'execute-snapshot', '{signal}')")
     binlog_db.sql("UPDATE n_b SET v = 'signalled' WHERE id = 2")
     _equal(binlog_db, pg_info, "n_b", "id, v, n")

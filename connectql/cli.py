@@ -48,12 +48,46 @@ def status_table(worker) -> Table:
     )
     for col in [*cols[:5], "progress", *cols[5:]]:
         table.add_column(col, overflow="fold")
+    lines = _table_lines(worker)
     for row in rows:
         name, state, done = row[0], row[3], row[5] or 0
         cells = ["" if v is None else str(v) for v in row]
         cells[3] = f"[{STATE_STYLE.get(state, '')}]{state}[/]" if STATE_STYLE.get(state) else state
         table.add_row(*cells[:5], _progress(worker, name, done), *cells[5:])
+        for line in lines.get(name, ()):
+            table.add_row(*line)
     return table
+
+
+TABLES_SQL = (
+    'SELECT connector, "table", state, rows_read, rows_estimate, error FROM connector_tables'
+    " ORDER BY connector, state = 'streaming' OR state = 'writing', \"table\""
+)
+TABLE_LINES = 5  # a connector's tables shown under it (those busy first), the rest counted
+
+
+def _table_lines(worker) -> dict[str, list[tuple[str, ...]]]:
+    """Under each connector of several tables: a line per table that is snapshotting, waiting
+    or stopped (with its snapshot's bar), then how many others follow the log or are written."""
+    _cols, rows = worker.catalog.query(TABLES_SQL)
+    by: dict[str, list] = {}
+    for connector, name, state, read, estimate, error in rows:
+        by.setdefault(connector, []).append((name, state, read, estimate, error))
+    lines: dict[str, list] = {}
+    for connector, tables in by.items():
+        busy = [t for t in tables if t[1] not in ("streaming", "writing")][:TABLE_LINES]
+        out = lines[connector] = []
+        for name, state, read, estimate, error in busy:
+            snapshot = state == "snapshotting" and read is not None
+            bar = _bar(read, estimate) if snapshot and estimate else ""
+            cells = [f"  └ {escape(name)}", "table", "", escape(state), "", bar]
+            cells += [str(read) if snapshot else "", "", "", escape(error or "")]
+            out.append(tuple(cells))
+        rest = len(tables) - len(busy)
+        if rest:
+            flowing = "writing" if tables[-1][1] == "writing" else "streaming"
+            out.append((f"  └ {rest} more", "tables", "", flowing, *[""] * 6))
+    return lines
 
 
 _counted: dict[str, int | None] = {}
@@ -74,8 +108,10 @@ def _total(worker, name: str) -> int | None:
 
 def _progress(worker, name: str, done: int, width: int = 16) -> str:
     total = _total(worker, name)
-    if not total:
-        return ""
+    return _bar(done, total, width) if total else ""
+
+
+def _bar(done: int, total: int, width: int = 16) -> str:
     share = min(done, total) / total
     percent = round(100 * share)  # a row count is often an estimate: 100% is full
     filled = width if percent == 100 else min(width - 1, int(share * width))

@@ -376,7 +376,9 @@ def test_connector_tables_says_where_each_table_and_stream_is(cat):
         "batch_id": 0, "started_at": None, "duration_ms": 5, "input_rows": 10,
         "input_rows_per_sec": 1.0, "processed_rows_per_sec": 2.0, "written_rows": 10,
         "filtered_rows": 0, "dead_lettered_rows": 0, "latest_offset": None,
-        "end_offset": json.dumps({"phase": "snapshot", "table": "b", "after": ["7"]}),
+        "end_offset": json.dumps(
+            {"phase": "snapshot", "table": "b", "after": ["7"], "read": 7, "estimate": 20}
+        ),
     }  # fmt: skip
     cat.record_progress("shop", row)
     assert cat.query(shop)[1] == [
@@ -385,6 +387,8 @@ def test_connector_tables_says_where_each_table_and_stream_is(cat):
         ("d", "shop_d", "waiting", None, None),
         ("s.c", "shop_s_c", "stopped", None, "a value it cannot read"),
     ]
+    reads = "SELECT rows_read, rows_estimate FROM connector_tables WHERE \"table\" = 'b'"
+    assert cat.query(reads)[1] == [(7, 20)]
     cat.record_progress("shop", {**row, "batch_id": 1, "end_offset": '{"phase": "stream"}'})
     assert [r[2] for r in cat.query(shop)[1]] == ["streaming"] * 3 + ["stopped"]
     # b read again while the log flows (added, or ALTER ... SNAPSHOT TABLE)
@@ -394,6 +398,10 @@ def test_connector_tables_says_where_each_table_and_stream_is(cat):
         ("streaming", None),
         ("snapshotting", '["7"]'),
     ]
+    assert cat.query(reads)[1] == [(None, None)]  # an offset of before the progress fields
+    again["catchup"] += [40, 90]
+    cat.record_progress("shop", {**row, "batch_id": 3, "end_offset": json.dumps(again)})
+    assert cat.query(reads)[1] == [(40, 90)]
     out = f"{view} WHERE connector = 'out' ORDER BY stream"
     assert cat.query(out)[1] == [
         ("shop_a", "shop_a", "writing", None, None),

@@ -377,3 +377,43 @@ def test_a_table_too_wide_for_the_terminal_is_shown_one_field_per_line(tmp_path)
     text = seen.decode()
     assert "one field per line" in text and "-[ RECORD 1 ]" in text
     assert f"path | {home / 'streams' / 'a'}" in text
+
+
+def test_the_live_view_shows_a_line_per_busy_table_with_its_snapshot_bar(tmp_path):
+    """`connectql run`'s status table: under a source of several tables, the table being
+    snapshotted (rows read of the estimate, as a bar), one stopped (its error), and a count of
+    those following the log."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from connectql import cli
+    from connectql.catalog.store import Catalog, ConnectorEntry
+
+    cat = Catalog(tmp_path / "c.duckdb")
+    try:
+        tables = ("a", "b", "c", "d")
+        cat.add_connector(ConnectorEntry("shop", "source", "postgres", "shop", {}, tables=tables))
+        cat.fail_table("shop", "d", "dropped, its stream's changes end")
+        again = {
+            "phase": "stream",
+            "tables": ["a", "c"],
+            "catchup": ["b", ["7"], ["9"], 1, 25, 100],
+        }
+        cat.record_progress("shop", {
+            "batch_id": 0, "started_at": None, "duration_ms": 5, "input_rows": 10,
+            "input_rows_per_sec": 1.0, "processed_rows_per_sec": 2.0, "written_rows": 10,
+            "filtered_rows": 0, "dead_lettered_rows": 0, "latest_offset": None,
+            "end_offset": json.dumps(again),
+        })  # fmt: skip
+        worker = SimpleNamespace(catalog=cat, engine=SimpleNamespace(plans={}))
+        out = Console(width=220, record=True, file=io.StringIO())
+        out.print(cli.status_table(worker))
+        text = out.export_text()
+    finally:
+        cat.close()
+    lines = [line for line in text.splitlines() if "  └ " in line]
+    assert len(lines) == 3, text
+    assert "└ b" in lines[0] and "snapshotting" in lines[0] and "25%" in lines[0], lines[0]
+    assert "└ d" in lines[1] and "stopped" in lines[1] and "dropped" in lines[1], lines[1]
+    assert "└ 2 more" in lines[2] and "streaming" in lines[2], lines[2]

@@ -152,6 +152,16 @@ SELECT c.name AS connector, c.kind, t.name AS "table", d.stream,
        WHEN o.committed_offset->>'phase' = 'snapshot'
         AND t.name = coalesce(o.committed_offset->>'table', CAST(c.tables AS VARCHAR[])[1])
        THEN CAST(o.committed_offset->'after' AS VARCHAR) END AS snapshot_after,
+  CASE WHEN o.committed_offset->'catchup'->>0 = t.name
+       THEN TRY_CAST(o.committed_offset->'catchup'->>4 AS BIGINT)
+       WHEN o.committed_offset->>'phase' = 'snapshot'
+        AND t.name = coalesce(o.committed_offset->>'table', CAST(c.tables AS VARCHAR[])[1])
+       THEN TRY_CAST(o.committed_offset->>'read' AS BIGINT) END AS rows_read,
+  CASE WHEN o.committed_offset->'catchup'->>0 = t.name
+       THEN TRY_CAST(o.committed_offset->'catchup'->>5 AS BIGINT)
+       WHEN o.committed_offset->>'phase' = 'snapshot'
+        AND t.name = coalesce(o.committed_offset->>'table', CAST(c.tables AS VARCHAR[])[1])
+       THEN TRY_CAST(o.committed_offset->>'estimate' AS BIGINT) END AS rows_estimate,
   d.error
 FROM connectors c,
   LATERAL (SELECT unnest(CAST(c.tables AS VARCHAR[])) AS name,
@@ -183,6 +193,14 @@ MIGRATIONS.append(
             "ALTER TABLE connectors ADD COLUMN tables_snapshot JSON",
             TABLES_VIEW,  # a home that ran 10 first had it without the tables read again
         ],
+    )
+)
+
+MIGRATIONS.append(
+    (
+        13,
+        "connector_tables: the rows a table's snapshot has read, of the database's estimate",
+        [TABLES_VIEW],
     )
 )
 

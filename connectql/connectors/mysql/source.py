@@ -74,6 +74,14 @@ class MysqlSource(MysqlTables, tr.TableSource):
     def find_tables(self) -> list[str]:
         return [t.name for t in discover(self.cfg, self.cdc, self.where, log_checks=False)]
 
+    def estimate_rows(self, conn, table: str) -> int | None:
+        found = MyDb(conn, {}).rows(
+            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s"
+            " AND TABLE_NAME = %s",
+            (self.cfg.schema, table),
+        )
+        return int(found[0][0]) if found and found[0][0] not in (None, "") else None
+
     def log_after(self, position: dict) -> dict:
         """After every change of the transaction ending at `position` and before the next's
         (binlog.text_pos); the binlog walks from `position` itself."""

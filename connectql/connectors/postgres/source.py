@@ -135,6 +135,13 @@ class PostgresSource(PostgresTables, TableSource):
 
     finds_tables = True
 
+    def estimate_rows(self, conn, table: str) -> int | None:
+        found = conn.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+            (self.relation(table),),
+        ).fetchone()
+        return int(found[0]) if found and found[0] is not None and found[0] > 0 else None
+
     def log_after(self, position: int) -> int:
         """After every change committed at `position` (a commit's LSN: the next is further
         on by a WAL record at least) and before any later one."""

@@ -190,6 +190,7 @@ class TableSource(Source):
         self._lag: int | None = None
         self._lag_at = 0.0
         self._signals_at = 0.0
+        self._estimates: dict[str, int | None] = {}
 
     @property
     def where(self) -> str:
@@ -368,6 +369,26 @@ class TableSource(Source):
         the changes after that position. By default: as it is now."""
         db = self.dialect(conn, self.meta(conn, table))
         return polling.read_range(db, self._src(table), [], None, None)
+
+    def estimate_rows(self, conn, table: str) -> int | None:
+        """The database's estimate of a table's rows (its statistics, no count): a snapshot's
+        progress in connector_tables; None when it has none."""
+        return None
+
+    def _estimate(self, table: str) -> int | None:
+        """A table's rows for progress: the database's estimate, else counted up to
+        LAG_ROWS_CAP; asked once per process."""
+        if table not in self._estimates:
+            try:
+                rows = self.estimate_rows(self._connection(), table)
+                if not rows:  # no statistics yet (a table just filled)
+                    rows = polling.rows_after(
+                        self._db(table), self._src(table), [], None, LAG_ROWS_CAP
+                    )
+            except Exception:  # advisory: progress without an estimate rather than no snapshot
+                rows = None
+            self._estimates[table] = rows
+        return self._estimates[table]
 
     def find_tables(self) -> list[str]:
         """While running: the tables the patterns match now that it could capture."""
@@ -589,13 +610,19 @@ class TableSource(Source):
         if catchup is None or catchup[0] != table or catchup[3:4] != [asked]:
             self.log_tables_changed(self._connection())  # before its snapshot begins
             upto = polling.last_key(self._db(table), self._src(table), key) if key else None
-            catchup = [table, None, upto, asked]
+            catchup = [table, None, upto, asked, 0, self._estimate(table)]
         after, upto = catchup[1], catchup[2]
+        read, estimate = [*catchup[4:6], 0, None][:2]  # an offset of before them has neither
+        rows = 0
         if not key:
             bound = [] if after is None else None
         else:
             db, src = self._db(table), self._src(table)
-            bound = upto and polling.chunk_end(db, src, key, after, self.cfg.snapshot_rows, upto)[0]
+            bound, rows = (
+                polling.chunk_end(db, src, key, after, self.cfg.snapshot_rows, upto)
+                if upto
+                else (None, 0)
+            )
         end = {k: v for k, v in start.items() if k != "catchup"}
         if not bound:
             served = {**(start.get("snapshotted") or {}), table: asked} if asked else {}
@@ -603,7 +630,7 @@ class TableSource(Source):
             return {**end, "tables": [*start["tables"], table], "turn": "chunk", **done}
         return {
             **end,
-            "catchup": [table, bound, upto, asked],
+            "catchup": [table, bound, upto, asked, read + rows, estimate],
             "chunk": [table, after, bound],
             "turn": "chunk",
         }
@@ -665,6 +692,7 @@ class TableSource(Source):
             [],
         )
         table, after, upto = start["table"], start["after"], start.get("upto")
+        read = start.get("read", 0)  # rows of `table` read so far (progress)
         while True:
             key = self.key_of(table)
             if not key and after is None:  # no primary key: the whole table; [] marks it read
@@ -672,23 +700,28 @@ class TableSource(Source):
                 if parts and rows > budget:
                     break
                 parts.append([table, None, None])
-                budget, after = budget - rows, []
+                budget, after, read = budget - rows, [], read + rows
             elif key:
                 db, src = self._db(table), self._src(table)
                 bound, rows = polling.chunk_end(db, src, key, after, budget, upto)
                 if bound:
                     parts.append([table, after, bound])
-                    after = bound
+                    after, read = bound, read + rows
                 if rows >= budget:  # the table may have more: the next batch's
                     break
                 budget -= rows
             end = self._snapshot_from(self.tables_read.index(table) + 1, position)
             if end["phase"] != "snapshot":
                 return {**end, "parts": parts}
-            table, after, upto = end["table"], end["after"], end["upto"]
+            table, after, upto, read = end["table"], end["after"], end["upto"], 0
             if budget <= 0:
                 break
-        return {**self._offset(after, position, "snapshot", upto, table), "parts": parts}
+        progress = {"read": read, "estimate": self._estimate(table)}
+        return {
+            **self._offset(after, position, "snapshot", upto, table),
+            "parts": parts,
+            **progress,
+        }
 
     def _next_changes(self, start: dict) -> dict:
         conn, begin = self._connection(), start[self.LOG_KEY]

@@ -1,7 +1,8 @@
 """A MariaDB cdc source of table patterns against the real server, with a sink of the streams'
 pattern: a table created while both run is found through the binlog's tables, snapshotted in
-chunks between the log's batches while it changes, and followed; ALTER ... SNAPSHOT TABLE reads
-one again, ALTER ... SET (table = ...) changes the list, and a table dropped ends its stream's
+chunks between the log's batches while it changes, and followed; a snapshot asked over HTTP
+(POST /connectors/{name}/snapshot, as ALTER ... SNAPSHOT TABLE) or by a row of the signal table
+reads one again, ALTER ... SET (table = ...) changes the list, and a table dropped ends its stream's
 changes without failing the connector."""
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import threading
 import time
 
 import psycopg
+from starlette.testclient import TestClient
 
+from connectql.api.app import build
+from connectql.api.routes import Routes
 from connectql.connectors.relational import signals
 from tests.helpers import read_parquet_rows, run, wait_until
 from tests.mariadbserver import mariadb_binlog  # noqa: F401 (fixture)
@@ -83,11 +87,14 @@ def test_tables_found_resnapshotted_retabled_and_dropped_on_mariadb(worker, binl
     snapshotted = read_parquet_rows(worker.home / "streams/mm_n_b", SNAPSHOT_ROWS)[0][0]
     assert snapshotted > 0
 
-    # ALTER ... SNAPSHOT TABLE: rows lost in the target come back while n_b keeps changing
+    # POST .../snapshot (ALTER ... SNAPSHOT TABLE): rows lost in the target come back while n_b keeps changing
     with psycopg.connect(pg_info, autocommit=True) as c:
         c.execute("DELETE FROM n_b WHERE id % 3 = 0")
-    said = run(worker, "ALTER CONNECTOR msrc SNAPSHOT TABLE n_b")[0].message
-    assert "snapshot of n_b asked" in said, said
+    api = TestClient(build(Routes(worker, "test"), None))  # as ALTER ... SNAPSHOT TABLE
+    refused = api.post("/connectors/msrc/snapshot", json={"tables": "n_b"})
+    assert refused.status_code == 400 and '{"tables": [' in refused.json()["message"]
+    said = api.post("/connectors/msrc/snapshot", json={"tables": ["n_b"]})
+    assert said.status_code == 202 and "snapshot of n_b asked" in said.json()["message"], said
     for i in range(20):
         binlog_db.sql(f"UPDATE n_b SET v = 'again{i}' WHERE id % 50 = {i}")
         binlog_db.sql(f"INSERT INTO n_b VALUES ({60000 + i}, 'late', {i})")

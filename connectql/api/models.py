@@ -153,6 +153,12 @@ class NewConnector(Open):
     )
 
 
+class SnapshotAsk(Open):
+    """POST /connectors/{name}/snapshot: tables to read again (ALTER ... SNAPSHOT TABLE)."""
+
+    tables: list[str] = Field(description="tables the source reads, each read again whole")
+
+
 class OffsetsReset(Open):
     """PATCH /connectors/{name}/offsets: every offset null (connectql resets, it cannot set)."""
 

@@ -110,6 +110,14 @@ _OFFSETS_BODY = {
         },
     }
 }
+_SNAPSHOT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": models.body_schema(models.SnapshotAsk, {"tables": ["orders"]})
+        },
+    }
+}
 _RESTART = {
     "parameters": [
         {
@@ -152,6 +160,13 @@ OPERATIONS: dict[str, tuple[str, int, Any, dict]] = {
     "pause": ("Pause a connector; its offsets are kept", 202, models.ActionDone, {}),
     "resume": ("Resume a paused connector from its checkpoint", 202, models.ActionDone, {}),
     "restart": ("Restart a connector from its checkpoint", 202, models.ActionDone, _RESTART),
+    "snapshot_tables": (
+        "Read tables of a cdc source of several tables again while its changes flow"
+        " (ALTER CONNECTOR ... SNAPSHOT TABLE)",
+        202,
+        models.ActionDone,
+        _SNAPSHOT_BODY,
+    ),
     "get_offsets": ("A connector's committed and latest offsets", 200, models.Offsets, {}),
     "reset_offsets": (
         "Forget a paused, failed or finished connector's offsets (RESET ... OFFSETS)",

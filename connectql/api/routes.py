@@ -170,6 +170,18 @@ class Routes:
             return 202, {"message": message, **self.status_of(entry)}
         return self._action(req, "restart")
 
+    def snapshot_tables(self, req: Request):
+        entry, body = self.entry(req.params["name"]), req.json()
+        tables = body.get("tables") if isinstance(body, dict) else None
+        if (
+            not tables
+            or not isinstance(tables, list)
+            or not all(isinstance(t, str) for t in tables)
+        ):
+            raise ApiError(400, 'give the tables to read again: {"tables": ["orders", ...]}')
+        result = self.run(ast.SnapshotTables(entry.name, tables))
+        return 202, {"message": result.message, **self.status_of(entry)}
+
     def delete_connector(self, req: Request):
         entry = self.entry(req.params["name"])
         result = self.run(ast.Drop("connector", entry.name))
@@ -369,6 +381,7 @@ ROUTES: list[tuple[str, str, str]] = [
     ("PUT", "/connectors/{name}/pause", "pause"),
     ("PUT", "/connectors/{name}/resume", "resume"),
     ("POST", "/connectors/{name}/restart", "restart"),
+    ("POST", "/connectors/{name}/snapshot", "snapshot_tables"),
     ("GET", "/connectors/{name}/offsets", "get_offsets"),
     ("DELETE", "/connectors/{name}/offsets", "reset_offsets"),
     ("GET", "/connector-plugins", "list_plugins"),

@@ -101,16 +101,27 @@ def test_a_snapshot_on_demand_killed_half_way_resumes_at_its_chunk(tmp_path, pg_
 
             wait_until(half_way, timeout=300, every=0.1, what="half of the snapshot")
             kill_everything(first)
+            killed = time.monotonic() - began
             read_before = _rows(home, "__op = 'r'") - base
         _sql(src, "DELETE FROM items WHERE id % 1000 = 7")
         with worker(p, script, "second") as second:
+            wait_until(
+                lambda: (
+                    alive(second, p, "second") or _rows(home, "__op = 'r'") > base + read_before
+                ),
+                timeout=300,
+                every=0.1,
+                what="the second worker's first chunk",
+            )
+            resumed = time.monotonic() - began
             wait_until(lambda: alive(second, p, "second") or equal(), 300, what="equal again")
             took = time.monotonic() - began
         read = _rows(home, "__op = 'r'") - base
         print(
             f"\nsnapshot on demand of {TOTAL} rows: {whole:.1f} s uninterrupted; killed at"
             f" {read_before} rows read, done {took:.1f} s after it began = {took / whole:.2f}x;"
-            f" {read} snapshot rows in the stream for it"
+            f" {read} snapshot rows in the stream for it; killed at {killed:.1f} s, the next"
+            f" worker's first chunk in the stream at {resumed:.1f} s"
         )
         assert read < TOTAL + read_before // 2 + 2 * CHUNK, "the second worker read it again"
     finally:

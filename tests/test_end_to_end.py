@@ -104,6 +104,32 @@ def test_a_finished_run_once_sink_shows_no_lag(spark, home, tmp_path):
         w.close(stop_spark=False)
 
 
+def test_a_running_sink_that_caught_up_shows_no_lag_before_the_next_retention_pass(
+    spark, home, tmp_path
+):
+    """Status truth (issue 49): a continuous sink's lag is measured again after its batches,
+    not only by the retention pass (here an hour away), so once it has read every record it
+    shows 0 while it runs on."""
+    first = Worker(home)
+    run(first, "SET stream.retention.check.interval = '1 h'")
+    first.close(stop_spark=False)
+    w = Worker(home)
+    try:
+        run(
+            w,
+            f"""CREATE SOURCE CONNECTOR gen FROM datagen INTO s
+                WITH ('rows.total' = 3000, 'rows.per.batch' = 1000);
+            CREATE SINK CONNECTOR out TO file FROM s
+                WITH (path = '{tmp_path / "out"}', format = 'parquet');""",
+        )
+        read = "SELECT rows_total FROM connectors WHERE name = 'out'"
+        wait_until(lambda: run(w, read)[0].rows == [(3000,)], 60, what="every record read")
+        wait_until(lambda: lag_of(w, "out") == 0, 15, what="the sink's lag measured as 0")
+        assert w.catalog.get_connector("out").state == "RUNNING"
+    finally:
+        w.close(stop_spark=False)
+
+
 def first_state(home):
     cat = Catalog(Path(home) / "catalog.duckdb")
     try:

@@ -75,12 +75,21 @@ class Retainer:
         # a source of 1,000 tables has 1,000 streams)
         self._entries: list | None = None
         self._writer_commits: dict[str, int | None] | None = None
+        self._due: set[str] = set()  # sinks whose lag to measure before the next pass
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="connectql-retention", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
         self._closed.set()
+        self._wake.set()
         self._thread.join(timeout=60)
+
+    def read_more(self, sink: str) -> None:
+        """Sink `sink` read a batch: its lag is measured again soon, not at the next pass (a
+        sink that caught up showed the lag of the last pass for as long as the interval)."""
+        self._due.add(sink)
+        self._wake.set()
 
     def _interval_s(self) -> float:
         text = self.worker.catalog.settings().get(CHECK_INTERVAL_KEY, CHECK_INTERVAL_DEFAULT)
@@ -90,11 +99,29 @@ class Retainer:
             return duration_ms(CHECK_INTERVAL_DEFAULT) / 1000
 
     def _run(self) -> None:
-        while not self._closed.wait(self._interval_s()):
+        next_pass = time.monotonic() + self._interval_s()
+        while not self._closed.is_set():
+            self._wake.wait(max(0.0, next_pass - time.monotonic()))
+            if self._closed.is_set():
+                return
+            if self._wake.is_set():
+                self._wake.clear()
+                self._measure_due()
+            if time.monotonic() < next_pass:
+                continue
             try:
                 self.run_once()
             except Exception:  # a catalog hiccup must not end retention for the worker's life
                 log.warning("a retention pass failed", exc_info=True)
+            next_pass = time.monotonic() + self._interval_s()
+
+    def _measure_due(self) -> None:
+        while self._due and not self._closed.is_set():
+            sink = self._due.pop()
+            try:
+                self.measure_lag(sink)
+            except Exception:  # a stream dropped meanwhile: the next pass measures
+                log.warning("measuring the lag of %s failed", sink, exc_info=True)
 
     def run_once(self) -> None:
         """One pass over every stream; a stream that fails is logged and the others go on."""

@@ -85,6 +85,7 @@ class Supervisor:
         self.lag[name] = row.get("rows_behind")
         if row["input_rows"] > 0:
             self.last_data[name] = time.monotonic()
+            self.worker.retainer.read_more(name)  # a sink's lag: measured again soon
         cat = self.worker.catalog
         with cat.lock:
             state = cat.state_of(name)

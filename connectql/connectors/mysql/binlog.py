@@ -36,6 +36,7 @@ from pymysqlreplication.row_event import (
 )
 from pyspark.sql.types import StructType
 
+from connectql.connectors.mysql import rowdecode
 from connectql.connectors.mysql.client import (
     bounded_connect,
     connect,
@@ -160,7 +161,8 @@ class RowCounts:
         if size is not None and n % self.SAMPLE_EVERY:
             return max(1, round(ev.event_size / size))
         try:
-            rows = len(ev.rows)
+            decoded = rowdecode.rows(ev)
+            rows = len(ev.rows if decoded is None else decoded)
         except UNDECODABLE:
             return 1  # a row it cannot decode: the batch's read makes it a dead letter
         if rows:
@@ -249,6 +251,8 @@ class Walker:
             col.unsigned = col.unsigned or info.unsigned
             if info.data_type in BINARY_TYPES or info.data_type in FIXED_BYTES:
                 col.character_set_name = "binary"  # undecodable: the decoder keeps the bytes
+            elif info.charset and not col.character_set_name:  # minimal metadata: not UTF-8
+                col.character_set_name = info.charset
             if info.data_type == "enum" and not col.enum_values:
                 col.enum_values = ["", *info.members]
             if info.data_type == "set" and not col.set_values:
@@ -286,6 +290,9 @@ def _decoded(ev, stream) -> list[tuple]:
 
 def _rows(ev) -> list[tuple]:
     op = OPS[type(ev)]
+    fast = rowdecode.rows(ev)
+    if fast is not None:
+        return [(ev.table, op, values, before) for values, before in fast]
     if op == "u":
         return [
             (ev.table, op, _sets(r["after_values"], r["after_none_sources"]),

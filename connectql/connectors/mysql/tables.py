@@ -18,11 +18,11 @@ BINLOG_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": 
 def columns_of(conn, database: str, table: str) -> list[Column]:
     rows = query(
         conn,
-        "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS"
+        "SELECT COLUMN_NAME, COLUMN_TYPE, CHARACTER_SET_NAME FROM information_schema.COLUMNS"
         " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
         (database, table),
     )
-    return [Column(_text(n), _text(t)) for n, t in rows]
+    return [Column(_text(n), _text(t), c and _text(c)) for n, t, c in rows]
 
 
 def describe_table(conn, database: str, table: str, where: str) -> Table:

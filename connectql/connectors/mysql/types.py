@@ -58,6 +58,7 @@ class Column:
 
     name: str
     column_type: str  # 'int(10) unsigned', "enum('a','b')", 'decimal(12,2)', 'datetime(6)', ...
+    charset: str | None = None  # a text column's character set (information_schema)
 
     @property
     def data_type(self) -> str:

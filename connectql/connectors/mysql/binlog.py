@@ -54,7 +54,7 @@ from connectql.connectors.mysql.types import (
     binlog_column,
     binlog_value,
 )
-from connectql.connectors.relational.changerows import ChangeRows, Changes
+from connectql.connectors.relational.changerows import ChangeRows, Changes, collector_paused
 from connectql.connectors.relational.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.relational.tablereader import Window
 from connectql.errors import ChangeLogGone, ConnectQLError, PlanError
@@ -450,6 +450,14 @@ def read_changes(
         tolerant,
         fail,
     )
+    with collector_paused():
+        _collect(changes, walker, part, schemas, keys, conn)
+    yield from changes.batches()
+
+
+def _collect(changes: Changes, walker: Walker, part, schemas, keys, conn) -> None:
+    """The changes of the transactions of `part`, into `changes`."""
+    cfg = walker.cfg
     cfgs = {t: cfg.for_table(t) for t in schemas}
     end = order(part.log_to)
     for txn in walker.transactions(part.log_from, conn):
@@ -467,11 +475,19 @@ def read_changes(
             poison = partial(_poison, cfg, table, op, values, txn, meta)
             if op == POISON:  # the walker could not decode it
                 changes.unreadable(poison(values["error"]))
+            elif isinstance(values, rowdecode.Image) and not _moved(before, values, keys[table]):
+                rows = changes.rows[table]  # our decoder's values, in the table's order
+                rows.add_values(op, values.names, values, types[table], txn.ts_ms,
+                                meta["__pos"], meta["__source"], poison)  # fmt: skip
             else:
                 changes.add(table, op, values, before, meta, types[table], poison)
         if order(txn.end) == end:
             break
-    yield from changes.batches()
+
+
+def _moved(before, values, key) -> bool:
+    """An update that changed the row's key (a delete and an insert)."""
+    return before is not None and any(before.get(k) != values.get(k) for k in key)
 
 
 def _poison(

@@ -19,12 +19,34 @@ from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 Reader = Callable[[bytes, int], tuple]  # (buffer, position) -> (value, next position)
 COMPRESSED = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]  # bytes of a decimal's leftover digits
 FSP_BYTES = [0, 1, 1, 2, 2, 3, 3]
+EXACT = decimal.Context(prec=100)  # DECIMAL holds 65 digits: scaled without rounding
 UNREAD = object()  # a table map with a column type this decoder leaves to mysql-replication
 
 
-def rows(ev) -> list[tuple[str, dict, dict | None]] | None:
-    """(op, values, before values) of each row of row event `ev`, or None when this decoder
-    does not read its table's types (mysql-replication then decodes it: nothing was read)."""
+class Image(list):
+    """A row image: its values in its table's column order (`names`), read as a mapping too
+    (get, keys, items) where a dict of values is expected."""
+
+    __slots__ = ("names", "index")
+
+    def __init__(self, values: list, names: tuple, index: dict[str, int]):
+        super().__init__(values)
+        self.names, self.index = names, index
+
+    def get(self, name: str, default=None):
+        at = self.index.get(name)
+        return default if at is None else self[at]
+
+    def keys(self):
+        return self.names
+
+    def items(self):
+        return zip(self.names, self, strict=True)
+
+
+def rows(ev) -> list[tuple[Image, Image | None]] | None:
+    """(values, before values) of each row of row event `ev`, or None when this decoder does
+    not read its table's types (mysql-replication then decodes it: nothing was read)."""
     if ev.event_type == BINLOG.PARTIAL_UPDATE_ROWS_EVENT:
         return None
     table = ev.table_map[ev.table_id]
@@ -35,20 +57,23 @@ def rows(ev) -> list[tuple[str, dict, dict | None]] | None:
         return None
     if not ev.complete:
         return []
-    names = [c.name for c in table.columns]
+    names = tuple(c.name for c in table.columns)
+    index = {n: i for i, n in enumerate(names)}
     data = ev.packet.read(ev.event_size - ev.packet.read_bytes)
     if isinstance(ev, UpdateRowsEvent):
-        return _updates(data, names, readers, ev.columns_present_bitmap, ev.columns_present_bitmap2)
+        before, after = ev.columns_present_bitmap, ev.columns_present_bitmap2
+        return _updates(data, (names, index), readers, before, after)
     present = _present(ev.columns_present_bitmap, len(names))
     out, pos, end = [], 0, len(data)
     while pos < end:
-        values, pos = _image(data, pos, names, readers, present)
+        values, pos = _image(data, pos, (names, index), readers, present)
         out.append((values, None))
     return out
 
 
 def _updates(data: bytes, names, readers, before_bits: bytes, after_bits: bytes) -> list:
-    before, after = _present(before_bits, len(names)), _present(after_bits, len(names))
+    count = len(names[0])
+    before, after = _present(before_bits, count), _present(after_bits, count)
     out, pos, end = [], 0, len(data)
     while pos < end:
         old, pos = _image(data, pos, names, readers, before)
@@ -61,22 +86,31 @@ def _present(bitmap: bytes, count: int) -> list[bool]:
     return [bool(bitmap[i >> 3] & (1 << (i & 7))) for i in range(count)]
 
 
-def _image(data: bytes, pos: int, names, readers, present) -> tuple[dict, int]:
-    """One row image: its null bitmap (a bit per column present), then each present value."""
+def _image(data: bytes, pos: int, names: tuple, readers, present) -> tuple[Image, int]:
+    """One row image: its null bitmap (a bit per column present), then each present value.
+    `names`: (column names, their index)."""
     width = (sum(present) + 7) >> 3
     nulls = data[pos : pos + width]
     pos += width
-    values, j = {}, 0
-    for name, read, here in zip(names, readers, present, strict=True):
+    values = []
+    append = values.append
+    if not any(nulls) and all(present):  # every column, none NULL: the common row
+        for read in readers:
+            value, pos = read(data, pos)
+            append(value)
+        return Image(values, *names), pos
+    j = 0
+    for read, here in zip(readers, present, strict=True):
         if not here:
-            values[name] = None
+            append(None)
             continue
         if nulls[j >> 3] & (1 << (j & 7)):
-            values[name] = None
+            append(None)
         else:
-            values[name], pos = read(data, pos)
+            value, pos = read(data, pos)
+            append(value)
         j += 1
-    return values, pos
+    return Image(values, *names), pos
 
 
 # ------------------------------------------------------------------ a reader per column
@@ -169,26 +203,24 @@ def _decimal(precision: int, decimals: int) -> Reader:
     head, tail = COMPRESSED[left_int], COMPRESSED[left_frac]
     size = head + 4 * (whole_int + whole_frac) + tail
 
+    widths = [head] * bool(head) + [4] * (whole_int + whole_frac) + [tail] * bool(tail)
+    scales = [10**left_int] * bool(head) + [10**9] * (whole_int + whole_frac)
+    scales += [10**left_frac] * bool(tail)
+    groups, shift = [], 8 * size
+    for width, scale in zip(widths, scales, strict=True):  # (shift, mask, scale), left first
+        shift -= 8 * width
+        groups.append((shift, (1 << 8 * width) - 1, scale))
+    sign, ones = 1 << (8 * size - 1), (1 << 8 * size) - 1
+
     def read(b: bytes, p: int) -> tuple:
-        raw = bytearray(b[p : p + size])
-        positive = raw[0] & 0x80
-        mask, text = (0, "") if positive else (-1, "-")
-        raw[0] ^= 0x80
-        at = 0
-        if head:
-            text += str(int.from_bytes(raw[:head], "big", signed=True) ^ mask)
-            at = head
-        for _ in range(whole_int):
-            text += f"{int.from_bytes(raw[at : at + 4], 'big', signed=True) ^ mask:09d}"
-            at += 4
-        text += "."
-        for _ in range(whole_frac):
-            text += f"{int.from_bytes(raw[at : at + 4], 'big', signed=True) ^ mask:09d}"
-            at += 4
-        if tail:
-            value = int.from_bytes(raw[at : at + tail], "big", signed=True) ^ mask
-            text += f"{value:0{left_frac}d}"
-        return decimal.Decimal(text), p + size
+        packed = int.from_bytes(b[p : p + size], "big")
+        negative = not packed & sign  # stored with its bits inverted
+        packed = (packed ^ ones ^ sign) if negative else (packed ^ sign)
+        number = 0
+        for at, mask, scale in groups:  # base 10**9 groups of digits
+            number = number * scale + ((packed >> at) & mask)
+        value = decimal.Decimal(number).scaleb(-decimals, EXACT)
+        return (value.copy_negate() if negative else value), p + size
 
     return read
 
@@ -223,15 +255,15 @@ def _datetime2(fsp: int) -> Reader:
     def read(b: bytes, p: int) -> tuple:
         packed = int.from_bytes(b[p : p + 5], "big")
         year_month = (packed >> 22) & 0x1FFFF
+        fraction = micro(b, p + 5)
         try:
             value = datetime.datetime(
                 year_month // 13, year_month % 13, (packed >> 17) & 0x1F,
-                (packed >> 12) & 0x1F, (packed >> 6) & 0x3F, packed & 0x3F,
+                (packed >> 12) & 0x1F, (packed >> 6) & 0x3F, packed & 0x3F, max(fraction, 0),
             )  # fmt: skip
         except ValueError:  # a zero part: NULL, as mysql-replication reads it
             return None, p + size
-        fraction = micro(b, p + 5)
-        return (value.replace(microsecond=fraction) if fraction > 0 else value), p + size
+        return value, p + size
 
     return read
 

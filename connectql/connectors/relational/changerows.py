@@ -4,6 +4,8 @@ insert, the change-data columns, and those columns on snapshot rows."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -269,3 +271,17 @@ def with_snapshot_columns(
     target = arrow_schema(schema)
     arrays = [meta[f.name] if f.name in meta else batch.column(f.name) for f in target]
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cycle collector off while a batch's changes are read: each of a batch's
+    millions of values (Decimal, datetime, a row's list) sets off its walks over every live
+    object (a fifth of a binlog read's time), and change rows make no reference cycles."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

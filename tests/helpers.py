@@ -6,12 +6,31 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import duckdb
 
 from connectql.catalog.streams import committed_files
+
+
+def while_changing(execute, statements, rounds: int, wait) -> None:
+    """Run `statements(i)` (SQL texts) through `execute` for rounds 1..rounds on a thread, 50 ms
+    apart, while `wait()` runs here; the thread is joined before it returns."""
+
+    def change() -> None:
+        for i in range(1, rounds + 1):
+            for statement in statements(i):
+                execute(statement)
+            time.sleep(0.05)
+
+    changer = threading.Thread(target=change)
+    changer.start()
+    try:
+        wait()
+    finally:
+        changer.join()
 
 
 def wait_until(

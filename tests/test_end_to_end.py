@@ -85,19 +85,27 @@ def test_a_restarted_worker_resumes_from_the_checkpoint_without_gaps_or_duplicat
         second.close(stop_spark=False)
 
 
-def test_a_finished_run_once_sink_shows_no_lag(spark, home, tmp_path):
-    first = Worker(home)  # no retention pass in this test: the lag is measured as it finishes
+def _gen_to_file(home, tmp_path, once: bool) -> Worker:
+    """A worker whose retention pass is an hour away, running 3,000 generated rows into a
+    file sink (both run = 'once' when `once`)."""
+    first = Worker(home)
     run(first, "SET stream.retention.check.interval = '1 h'")
     first.close(stop_spark=False)
     w = Worker(home)
+    until = ", run = 'once'" if once else ""
+    run(
+        w,
+        f"""CREATE SOURCE CONNECTOR gen FROM datagen INTO s
+            WITH ('rows.total' = 3000, 'rows.per.batch' = 1000{until});
+        CREATE SINK CONNECTOR out TO file FROM s
+            WITH (path = '{tmp_path / "out"}', format = 'parquet'{until});""",
+    )
+    return w
+
+
+def test_a_finished_run_once_sink_shows_no_lag(spark, home, tmp_path):
+    w = _gen_to_file(home, tmp_path, once=True)  # no pass: the lag is measured as it finishes
     try:
-        run(
-            w,
-            f"""CREATE SOURCE CONNECTOR gen FROM datagen INTO s
-                WITH ('rows.total' = 3000, 'rows.per.batch' = 1000, run = 'once');
-            CREATE SINK CONNECTOR out TO file FROM s
-                WITH (path = '{tmp_path / "out"}', format = 'parquet', run = 'once');""",
-        )
         w.wait_for_once()
         assert [lag_of(w, "out"), w.catalog.get_connector("out").state] == [0, "FINISHED"]
     finally:
@@ -110,18 +118,8 @@ def test_a_running_sink_that_caught_up_shows_no_lag_before_the_next_retention_pa
     """Status truth (issue 49): a continuous sink's lag is measured again after its batches,
     not only by the retention pass (here an hour away), so once it has read every record it
     shows 0 while it runs on."""
-    first = Worker(home)
-    run(first, "SET stream.retention.check.interval = '1 h'")
-    first.close(stop_spark=False)
-    w = Worker(home)
+    w = _gen_to_file(home, tmp_path, once=False)
     try:
-        run(
-            w,
-            f"""CREATE SOURCE CONNECTOR gen FROM datagen INTO s
-                WITH ('rows.total' = 3000, 'rows.per.batch' = 1000);
-            CREATE SINK CONNECTOR out TO file FROM s
-                WITH (path = '{tmp_path / "out"}', format = 'parquet');""",
-        )
         read = "SELECT rows_total FROM connectors WHERE name = 'out'"
         wait_until(lambda: run(w, read)[0].rows == [(3000,)], 60, what="every record read")
         wait_until(lambda: lag_of(w, "out") == 0, 15, what="the sink's lag measured as 0")

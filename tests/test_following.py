@@ -5,14 +5,12 @@ then RESTART CONNECTOR writes it on from where it stopped, each row once."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import pytest
 
 from connectql.connectors import streamsread
 from connectql.errors import PlanError
-from tests.helpers import read_parquet_rows, run, wait_until
+from tests.helpers import read_parquet_rows, run, wait_until, while_changing
 from tests.test_mysql import pg_rows
 from tests.test_postgres import cdc_dbs, connection, db, sql  # noqa: F401 (fixtures)
 
@@ -139,6 +137,17 @@ def test_a_held_stream_goes_on_from_where_its_last_committed_batch_left_it(tmp_p
     assert free._begin("b", {"b": 5}) == 5
 
 
+def table_changes(i: int) -> list[str]:
+    """Round i of the changes made while n_b is found and snapshotted (PostgreSQL or MySQL):
+    updates, a delete and an insert of n_b, an update of n_a."""
+    return [
+        f"UPDATE n_b SET v = 'u{i}', n = n + 1 WHERE id % 97 = {i % 97}",
+        f"DELETE FROM n_b WHERE id = {(i * 37) % 4000 + 1}",
+        f"INSERT INTO n_b VALUES ({10000 + i}, 'new', {i})",
+        f"UPDATE n_a SET v = 'x{i}' WHERE id = {i % 300 + 1}",
+    ]
+
+
 def test_a_table_created_while_running_is_snapshotted_under_changes_and_followed(
     worker,
     pg_logical,
@@ -163,28 +172,12 @@ def test_a_table_created_while_running_is_snapshotted_under_changes_and_followed
     wait_until(lambda: pg_rows(dst_info, "SELECT count(*) FROM n_a") == [(300,)], timeout=120)
     sql(src_info, "CREATE TABLE n_b (id int PRIMARY KEY, v text, n int)")
     sql(src_info, "INSERT INTO n_b SELECT g, 'b' || g, g FROM generate_series(1, 4000) g")
-    stop = threading.Event()
-
-    def changes():  # while n_b is found and snapshotted: updates, deletes and inserts
-        i = 0
-        while not stop.is_set() and i < 400:
-            i += 1
-            sql(src_info, f"UPDATE n_b SET v = 'u{i}', n = n + 1 WHERE id % 97 = {i % 97}")
-            sql(src_info, f"DELETE FROM n_b WHERE id = {(i * 37) % 4000 + 1}")
-            sql(src_info, f"INSERT INTO n_b VALUES ({10000 + i}, 'new', {i})")
-            sql(src_info, f"UPDATE n_a SET v = 'x{i}' WHERE id = {i % 300 + 1}")
-            time.sleep(0.05)
-
-    worker_thread = threading.Thread(target=changes)
-    worker_thread.start()
-    try:
-        wait_until(
-            lambda: "nn_n_b" in worker.catalog.get_connector("nout").streams,
-            timeout=60,
-            what="the new table's stream to join the sink",
-        )
-    finally:
-        worker_thread.join()
+    joined = lambda: wait_until(  # noqa: E731
+        lambda: "nn_n_b" in worker.catalog.get_connector("nout").streams,
+        timeout=60,
+        what="the new table's stream to join the sink",
+    )
+    while_changing(lambda q: sql(src_info, q), table_changes, 400, joined)
     for table in ("n_a", "n_b"):
         query = f"SELECT id, v, {'n' if table == 'n_b' else 'NULL'} FROM {table} ORDER BY id"
         want = sql(src_info, query)

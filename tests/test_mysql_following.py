@@ -8,7 +8,6 @@ changes without failing the connector."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import psycopg
@@ -17,8 +16,9 @@ from starlette.testclient import TestClient
 from connectql.api.app import build
 from connectql.api.routes import Routes
 from connectql.connectors.relational import signals
-from tests.helpers import read_parquet_rows, run, wait_until
+from tests.helpers import read_parquet_rows, run, wait_until, while_changing
 from tests.mariadbserver import mariadb_binlog  # noqa: F401 (fixture)
+from tests.test_following import table_changes
 from tests.test_mysql import binlog_db, pg_db, pg_rows  # noqa: F401 (fixtures)
 
 SNAPSHOT_ROWS = "SELECT count(*) FROM t WHERE __op = 'r'"
@@ -56,28 +56,12 @@ def test_tables_found_resnapshotted_retabled_and_dropped_on_mariadb(worker, binl
     wait_until(lambda: pg_rows(pg_info, "SELECT count(*) FROM n_a") == [(300,)], timeout=120)
     binlog_db.sql("CREATE TABLE n_b (id INT PRIMARY KEY, v VARCHAR(20), n INT)")
     binlog_db.sql("INSERT INTO n_b SELECT seq, CONCAT('b', seq), seq FROM seq_1_to_4000")
-    stop = threading.Event()
-
-    def changes():  # while n_b is found and snapshotted: updates, deletes and inserts
-        for i in range(1, 301):
-            if stop.is_set():
-                return
-            binlog_db.sql(f"UPDATE n_b SET v = 'u{i}', n = n + 1 WHERE id % 97 = {i % 97}")
-            binlog_db.sql(f"DELETE FROM n_b WHERE id = {(i * 37) % 4000 + 1}")
-            binlog_db.sql(f"INSERT INTO n_b VALUES ({10000 + i}, 'new', {i})")
-            binlog_db.sql(f"UPDATE n_a SET v = 'x{i}' WHERE id = {i % 300 + 1}")
-            time.sleep(0.05)
-
-    changer = threading.Thread(target=changes)
-    changer.start()
-    try:
-        wait_until(
-            lambda: "mm_n_b" in worker.catalog.get_connector("mout").streams,
-            timeout=90,
-            what="the new table's stream to join the sink",
-        )
-    finally:
-        changer.join()
+    joined = lambda: wait_until(  # noqa: E731
+        lambda: "mm_n_b" in worker.catalog.get_connector("mout").streams,
+        timeout=90,
+        what="the new table's stream to join the sink",
+    )
+    while_changing(binlog_db.sql, table_changes, 300, joined)
     _equal(binlog_db, pg_info, "n_a", "id, v")
     _equal(binlog_db, pg_info, "n_b", "id, v, n")
     entry = worker.catalog.get_connector("msrc")

@@ -479,10 +479,15 @@ def _collect(changes: Changes, walker: Walker, part, schemas, keys, conn) -> Non
                 rows = changes.rows[table]  # our decoder's values, in the table's order
                 rows.add_values(op, values.names, values, types[table], txn.ts_ms,
                                 meta["__pos"], meta["__source"], poison)  # fmt: skip
-            else:
+            else:  # mysql-replication's dicts, or a key that changed (a delete and an insert)
+                values, before = _as_dict(values), _as_dict(before)
                 changes.add(table, op, values, before, meta, types[table], poison)
         if order(txn.end) == end:
             break
+
+
+def _as_dict(values):
+    return dict(values.items()) if isinstance(values, rowdecode.Image) else values
 
 
 def _moved(before, values, key) -> bool:

@@ -27,7 +27,7 @@ from connectql.connectors.postgres.pgoutput import (
     texts,
 )  # fmt: skip
 from connectql.connectors.postgres.pgtext import spark_column, spark_value
-from connectql.connectors.relational.changerows import ChangeRows, Changes
+from connectql.connectors.relational.changerows import ChangeRows, Changes, collector_paused
 from connectql.connectors.relational.changerows import with_snapshot_columns as snapshot_columns
 from connectql.connectors.relational.tablereader import Window
 from connectql.errors import ConnectQLError, PlanError
@@ -330,6 +330,13 @@ def change_batches(
         tolerant,
         fail,
     )
+    with collector_paused():
+        _collect(changes, ones, txns, decoder, seen)
+    yield from changes.batches()
+
+
+def _collect(changes: Changes, ones: dict, txns, decoder: Decoder, seen) -> None:
+    """The changes of `txns` of the tables of `ones` (by decoded name), into `changes`."""
     for commit, ts_ms, xid, messages in txns:
         tables: dict[str, tuple] = {}  # by table: (rows, __source, poison) for this transaction
         seq = 0
@@ -359,7 +366,6 @@ def change_batches(
             values, before, unchanged = _untoasted(change)
             meta = {"__ts_ms": ts_ms, "__pos": pos, "__source": source, "__unchanged": unchanged}
             rows.add(change.op, values, before, meta, change.types, poison)
-    yield from changes.batches()
 
 
 def _plain(message: bytes, rel, rows: ChangeRows, *meta) -> bool:

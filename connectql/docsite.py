@@ -109,6 +109,64 @@ def _help(p: argparse.ArgumentParser) -> str:
             os.environ["COLUMNS"] = columns
 
 
+SECTION = re.compile(r"^// -+ (.+?) -+$")
+KEYWORD = re.compile(r"^([A-Z_]+)\.2: /([a-z]+)\(\?!\[A-Za-z0-9_\.\]\|-\(\?!-\)\)/i$")
+
+
+def grammar_page() -> str:
+    """The SQL grammar reference, from the parser's lark grammar: its sections, their
+    comments as text and their rules as they are; keywords listed, other tokens shown."""
+    from connectql.grammar import parser as grammar
+
+    text = (Path(grammar.__file__).parent / "connectql.lark").read_text()
+    out = [
+        "# SQL grammar",
+        "",
+        "Generated from the parser's grammar (`connectql/grammar/connectql.lark`, lark, LALR);"
+        " [SQL reference](../sql.md) says what each statement does. `?` optional, `*` any"
+        " number, `|` or; `-> name` names an alternative.",
+        "",
+    ]
+    keywords: list[str] = []
+    block: list[str] = []
+    said: list[str] = []
+    note: list[str] = []  # what the grammar says of its keywords
+
+    def flush() -> None:
+        while block and not block[-1]:
+            block.pop()
+        if said:
+            out.extend([" ".join(said), ""])
+            said.clear()
+        if block:
+            out.extend(["```text", *block, "```", ""])
+            block.clear()
+
+    for line in text.splitlines():
+        section, keyword = SECTION.match(line), KEYWORD.match(line)
+        if section:
+            flush()
+            out += [f"## {section.group(1).capitalize()}", ""]
+        elif keyword:
+            keywords.append(keyword.group(2).upper())
+            note += said
+            said.clear()
+        elif line.startswith("//"):
+            if block:
+                flush()
+            said.append(line.lstrip("/ "))
+        elif line.strip() and not line.startswith("%"):
+            if said and not block:
+                out.extend([" ".join(said), ""])
+                said.clear()
+            block.append(line)
+        elif block:
+            block.append("")
+    flush()
+    out += ["## Keywords", "", " ".join(note), "", ", ".join(f"`{k}`" for k in keywords), ""]
+    return "\n".join(out)
+
+
 def api_page() -> str:
     spec = openapi()
     out = [
@@ -155,6 +213,7 @@ def render(root: Path) -> dict[Path, str]:
     out[root / "index.md"] = index_page((root.parent / "README.md").read_text())
     out[root / "reference/cli.md"] = cli_page()
     out[root / "reference/api.md"] = api_page()
+    out[root / "reference/grammar.md"] = grammar_page()
     return out
 
 

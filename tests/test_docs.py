@@ -49,3 +49,18 @@ def test_the_readme_is_a_front_door_whose_links_lead_somewhere():
     assert "docs/connectors/mysql.md" in links and "docs/writing-a-connector.md" in links
     missing = [link for link in links if not (ROOT / link).exists()]
     assert missing == []
+
+
+def test_the_grammar_reference_shows_every_rule_and_keyword_of_the_parser():
+    """docs/reference/grammar.md is made from the parser's grammar: each rule the parser has
+    (its name at the start of a line) and each keyword it lexes is on the page."""
+    from connectql import docsite
+    from connectql.grammar import parser
+
+    page = docsite.grammar_page()
+    lark = parser._parser()
+    rules = {r.origin.name for r in lark.rules if not str(r.origin.name).startswith("__")}
+    missing = [r for r in rules if not re.search(rf"^!?{re.escape(str(r))}:", page, re.M)]
+    assert len(rules) > 20 and not missing, (len(rules), missing)
+    keywords = [t.name for t in lark.terminals if t.priority == 2 and t.name.isalpha()]
+    assert keywords and all(f"`{k}`" in page for k in keywords), keywords

@@ -246,6 +246,21 @@ def details(page, server, tmp_path):
     assert '"seq"' in page.inner_text("#detail-offsets") and offset["seq"] > 0
     snap(page, tmp_path / "connector.png")
 
+    # a sink's page at 1,400 px: its lag charted with axes over the last minutes, and the
+    # events table (long reasons and errors) wrapped inside its card, nothing cut off
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(server.url + "/ui/#/connector/out")
+    page.locator("#detail-lag svg.chart polyline").wait_for()
+    assert page.locator("#detail-lag svg.chart line.axis").count() == 2
+    assert page.locator("#detail-lag svg.chart text").count() >= 3  # top, 0, first time
+    page.locator("#detail-events td").first.wait_for()
+    table = page.locator("#detail-events table").bounding_box()
+    card = page.locator("#detail-events").bounding_box()
+    assert table["x"] + table["width"] <= card["x"] + card["width"] + 1, (table, card)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    snap(page, tmp_path / "sink.png")
+    page.set_viewport_size({"width": 1280, "height": 900})
+
     page.goto(server.url + "/ui/#/streams/nums")
     page.locator("table.grid td", has_text="BIGINT").first.wait_for()
     sample = page.locator("#stream-sample table")

@@ -4,7 +4,8 @@
 "use strict";
 
 const TOKEN_KEY = "connectql.token";
-const POINTS = 60; // samples kept per sparkline, one a second
+const POINTS = 60; // samples a sparkline shows, one a second
+const KEPT = 300; // samples kept: a connector's page charts its last five minutes
 const SVG = "http://www.w3.org/2000/svg";
 
 const store = {
@@ -268,10 +269,11 @@ function setLive(on) {
 // Every second each connector's rows/s and lag are sampled for its sparklines.
 function sample() {
   for (const [name, { row }] of store.connectors) {
-    const h = store.history.get(name) || { rate: [], lag: [] };
+    const h = store.history.get(name) || { rate: [], lag: [], at: [] };
     h.rate.push(row.rows_per_sec ?? null);
     h.lag.push(row.lag ?? null);
-    if (h.rate.length > POINTS) h.rate.shift(), h.lag.shift();
+    h.at.push(new Date().toTimeString().slice(0, 8));
+    if (h.rate.length > KEPT) h.rate.shift(), h.lag.shift(), h.at.shift();
     store.history.set(name, h);
   }
   view.update();
@@ -279,7 +281,8 @@ function sample() {
 
 // ------------------------------------------------------------------ charts (inline SVG)
 
-function sparkline(values, cls) {
+function sparkline(all, cls) {
+  const values = all.slice(-POINTS);
   const w = 110;
   const h = 26;
   const known = values.filter((v) => typeof v === "number");
@@ -505,8 +508,9 @@ const views = {
           el("section", {}, el("h2", {}, "Status"), el("dl", { id: "detail-status" })),
           el("section", {}, el("h2", {}, "Options"), el("div", { id: "detail-options" })),
           el("section", { class: "wide" }, el("h2", {}, "History (rows/s per batch)"), el("div", { id: "detail-history" })),
+          el("section", { class: "wide" }, el("h2", {}, "Lag (records behind), last five minutes"), el("div", { id: "detail-lag" })),
           el("section", {}, el("h2", {}, "Offsets"), el("div", { id: "detail-offsets" })),
-          el("section", {}, el("h2", {}, "Recent events"), el("div", { id: "detail-events" })),
+          el("section", { class: "wide" }, el("h2", {}, "Recent events"), el("div", { id: "detail-events" })),
         ),
       );
       const config = Object.entries(entry.info.config).map(([k, v]) => [k, v]);
@@ -536,6 +540,11 @@ const views = {
         ["last error", r.last_error],
       ];
       status.replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-fact": k }, v ?? "–")]));
+      const h = store.history.get(this.name);
+      const lag = h ? h.at.map((t, i) => [t, h.lag[i]]).filter(([, v]) => typeof v === "number") : [];
+      $("#detail-lag").replaceChildren(
+        lag.length > 1 ? lineChart(lag, "lag in records, sampled each second") : el("p", { class: "muted" }, "No lag measured yet."),
+      );
     },
     // A state change: reload what the change writes (events, offsets, history).
     async changed(name) {

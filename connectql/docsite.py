@@ -21,7 +21,7 @@ HELP_COLUMNS = "100"  # argparse wraps its help to the terminal: the same width 
 def region(key: str) -> str:
     """A region's text: 'options:common' (every connector's options), 'options:TYPE' (one
     connector's), 'connectors:PREFIX' (the built-in connectors, each linked to its page,
-    PREFIX/TYPE.md) or 'settings' (the worker's settings)."""
+    PREFIX/TYPE.md), 'settings' (the worker's settings) or 'states' (the lifecycle)."""
     from connectql.connectors import registry
     from connectql.connectors.common import SOURCE_COMMON
     from connectql.connectors.docs import option_table
@@ -29,6 +29,8 @@ def region(key: str) -> str:
     kind, _, name = key.partition(":")
     if kind == "connectors":
         return connector_list(name)
+    if kind == "states":
+        return states_table()
     if kind == "settings":
         from connectql.worker.settings import WORKER_SETTINGS
 
@@ -46,6 +48,19 @@ def region(key: str) -> str:
         same = {k for k, o in SOURCE_COMMON.items() if options.get(k) == o}
         parts += [f"### The {kind}'s options", "", option_table(options, skip=same), ""]
     return "\n".join(parts)
+
+
+def states_table() -> str:
+    """A connector's states, where each may go, and the actions each allows (catalog/states)."""
+    from connectql.catalog import states
+
+    out = ["| state | may become | PAUSE / RESUME / RESET OFFSETS |", "| --- | --- | --- |"]
+    for state in states.STATES:
+        allowed = [a for a in ("pause", "resume", "reset_offsets") if state in states.ACTIONS[a]]
+        actions = ", ".join(a.replace("_", " ").upper() for a in allowed) or "–"
+        nexts = ", ".join(s for s in states.STATES if s in states.TRANSITIONS[state])
+        out.append(f"| `{state}` | {nexts} | {actions} |")
+    return "\n".join(out) + "\n"
 
 
 def filled(text: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 from connectql.api import kafkaconnect, metrics, models
 from connectql.catalog import states
 from connectql.catalog.redact import statement_text
-from connectql.errors import CatalogError, ConnectQLError, StateError
+from connectql.errors import CatalogError, ConnectQLError, PlanError, StateError
 from connectql.grammar import ast
 from connectql.worker.interface import WorkerApi
 
@@ -179,7 +179,10 @@ class Routes:
             or not all(isinstance(t, str) for t in tables)
         ):
             raise ApiError(400, 'give the tables to read again: {"tables": ["orders", ...]}')
-        result = self.run(ast.SnapshotTables(entry.name, tables))
+        try:
+            result = self.run(ast.SnapshotTables(entry.name, tables))
+        except PlanError as e:  # well formed, but not what this connector (or its tables) takes
+            raise ApiError(409, str(e)) from None
         return 202, {"message": result.message, **self.status_of(entry)}
 
     def delete_connector(self, req: Request):

@@ -156,7 +156,9 @@ class NewConnector(Open):
 class SnapshotAsk(Open):
     """POST /connectors/{name}/snapshot: tables to read again (ALTER ... SNAPSHOT TABLE)."""
 
-    tables: list[str] = Field(description="tables the source reads, each read again whole")
+    tables: list[str] = Field(
+        min_length=1, description="tables the source reads, each read again whole"
+    )
 
 
 class OffsetsReset(Open):

@@ -473,12 +473,13 @@ def _collect(changes: Changes, walker: Walker, part, schemas, keys, conn) -> Non
                 sources[table] = source(cfgs[table], False, **txn.end, gtid=txn.gtid)
             meta["__source"] = sources[table]
             poison = partial(_poison, cfg, table, op, values, txn, meta)
+            rows = changes.rows[table]
             if op == POISON:  # the walker could not decode it
                 changes.unreadable(poison(values["error"]))
-            elif isinstance(values, rowdecode.Image) and not _moved(before, values, keys[table]):
-                rows = changes.rows[table]  # our decoder's values, in the table's order
+            elif isinstance(values, rowdecode.Image) and not rows.moved(op, values, before):
                 rows.add_values(op, values.names, values, types[table], txn.ts_ms,
                                 meta["__pos"], meta["__source"], poison)  # fmt: skip
+                # our decoder's values, in the table's order: no dict per row
             else:  # mysql-replication's dicts, or a key that changed (a delete and an insert)
                 values, before = _as_dict(values), _as_dict(before)
                 changes.add(table, op, values, before, meta, types[table], poison)
@@ -488,11 +489,6 @@ def _collect(changes: Changes, walker: Walker, part, schemas, keys, conn) -> Non
 
 def _as_dict(values):
     return dict(values.items()) if isinstance(values, rowdecode.Image) else values
-
-
-def _moved(before, values, key) -> bool:
-    """An update that changed the row's key (a delete and an insert)."""
-    return before is not None and any(before.get(k) != values.get(k) for k in key)
 
 
 def _poison(

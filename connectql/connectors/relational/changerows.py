@@ -60,12 +60,18 @@ class ChangeRows:
         types = types or {}
         if values.keys() != self.names:
             self._check_columns(op, values, types)
-        if op == "u" and before and self.key:
-            if [before.get(k) for k in self.key] != [values.get(k) for k in self.key]:
-                self._row("d", before, meta, types, poison)  # the key changed: delete the old row
-                self._row("c", values, meta, types, poison)
-                return
+        if self.moved(op, values, before):
+            self._row("d", before, meta, types, poison)  # the key changed: delete the old row
+            self._row("c", values, meta, types, poison)
+            return
         self._row(op, values, meta, types, poison)
+
+    def moved(self, op: str, values, before) -> bool:
+        """An update that changed the row's key: add() writes it as a delete and an insert."""
+        return bool(
+            op == "u" and before and self.key
+            and [before.get(k) for k in self.key] != [values.get(k) for k in self.key]
+        )  # fmt: skip
 
     def add_values(self, op: str, columns: tuple, values: list, types: dict, ts_ms: int,
                    pos: str, source: str, poison) -> None:  # fmt: skip

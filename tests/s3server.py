@@ -18,6 +18,7 @@ from tests.servers import PrivateServer, free_port, shared
 
 ACCESS_KEY = "connectqltest"
 SECRET_KEY = "connectqltestsecret"
+TABLE_BUCKET = "lakehouse"  # an S3 Tables bucket: the warehouse of its Iceberg REST catalog
 # every listener weed mini opens: each -X.port also opens -X.port.grpc (port + 10000 unless
 # set, which overflows for a high free port), so all of them are chosen here (NOTES.md)
 _PORTS = (
@@ -40,6 +41,7 @@ class SeaweedS3(PrivateServer):
     def __init__(self, timeout: float = 60.0):
         super().__init__(timeout=timeout)
         self.proc: subprocess.Popen | None = None
+        self._catalog_ready = False
 
     @property
     def endpoint(self) -> str:
@@ -53,6 +55,39 @@ class SeaweedS3(PrivateServer):
             "access.key": ACCESS_KEY,
             "secret.key": SECRET_KEY,
         }
+
+    @property
+    def iceberg_url(self) -> str:
+        """The Iceberg REST catalog weed mini serves (OAuth2 client credentials: the S3 keys),
+        once it has made its table bucket (a while after S3 answers)."""
+        url = f"http://{self.host}:{self.ports['s3.port.iceberg']}"
+        if not self._catalog_ready:
+            self._wait_catalog(url)
+        return url
+
+    def catalog_properties(self, url: str | None = None) -> dict[str, str]:
+        """pyiceberg's properties for a RestCatalog of the table bucket, its files on S3."""
+        url = url or self.iceberg_url
+        return {
+            "uri": url, "warehouse": f"s3://{TABLE_BUCKET}/", "oauth2-server-uri": f"{url}/v1/oauth/tokens",
+            "credential": f"{ACCESS_KEY}:{SECRET_KEY}", "s3.endpoint": self.endpoint,
+            "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY,
+        }  # fmt: skip
+
+    def _wait_catalog(self, url: str) -> None:
+        from pyiceberg.catalog.rest import RestCatalog
+        from pyiceberg.exceptions import NoSuchNamespaceError, RESTError
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                RestCatalog("probe", **self.catalog_properties(url)).list_namespaces()
+                self._catalog_ready = True
+                return
+            except (RESTError, NoSuchNamespaceError):  # no table bucket yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
 
     def filesystem(self):
         from pyarrow.fs import S3FileSystem
@@ -72,10 +107,12 @@ class SeaweedS3(PrivateServer):
         self.logfile = os.path.join(self.base, "weed.log")
 
     def _start_server(self, attempt: int) -> tuple[str, bool]:
-        ports = [f"-{name}={free_port()}" for name in _PORTS]
+        self.ports = {name: free_port() for name in _PORTS}
+        ports = [f"-{name}={port}" for name, port in self.ports.items()]
         env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
         cmd = [weed_binary(), "mini", f"-dir={self.datadir}", "-ip=127.0.0.1"]
         cmd += ["-ip.bind=127.0.0.1", f"-s3.port={self.port}", "-master.telemetry=false", *ports]
+        cmd += [f"-tableBucket={TABLE_BUCKET}"]
         with open(self.logfile, "ab") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

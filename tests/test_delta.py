@@ -14,9 +14,11 @@ import pytest
 from deltalake import DeltaTable
 
 from connectql.connectors.delta.sink import DeltaSink
+from connectql.errors import ConnectQLError
 from connectql.toolkit.testing import SinkRun
 from tests.helpers import run
 from tests.lakes import CHANGE_BATCHES, CHANGE_SCHEMA, CHANGED, cdc_into
+from tests.s3server import ACCESS_KEY, SECRET_KEY, bucket, s3server  # noqa: F401
 from tests.test_postgres import cdc_dbs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.spark
@@ -52,6 +54,27 @@ def test_upsert_applies_each_keys_last_change(spark, tmp_path):
     run.replay_last_batch()
     assert sorted((r["id"], r["name"]) for r in rows_of(path)) == CHANGED
     assert set(DeltaTable(str(path)).schema().to_arrow().names) == {"id", "name"}  # no __op
+
+
+def test_upsert_into_a_table_on_s3(spark, s3server, bucket, tmp_path):  # noqa: F811
+    """path = 's3://...' with the s3 connector's endpoint and keys: the table lives on S3."""
+    server = {k: v for k, v in s3server.options().items() if k != "bucket"}
+    path = f"s3://{bucket}/lake/items"
+    run = SinkRun(DeltaSink, {"path": path, "key": "id", **server}, tmp_path, CHANGE_SCHEMA)
+    for batch in CHANGE_BATCHES:
+        run.add(batch)
+    run.to_end()
+    last = run.replay_last_batch()
+    storage = {
+        "AWS_ENDPOINT_URL": s3server.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+    }  # fmt: skip
+    table = DeltaTable(path, storage_options=storage)
+    assert sorted((r["id"], r["name"]) for r in table.to_pyarrow_table().to_pylist()) == CHANGED
+    assert table.transaction_version("connectql-test") == last
+    assert s3server.filesystem().get_file_info(f"{bucket}/lake/items/_delta_log").type.name == "Directory"
+    with pytest.raises(ConnectQLError, match="endpoint, region, access.key, secret.key are for an s3:// location"):
+        SinkRun(DeltaSink, {"path": str(tmp_path / "t"), **server}, tmp_path / "x", CHANGE_SCHEMA)
 
 
 def test_postgres_cdc_into_a_delta_table(worker, pg_logical, cdc_dbs, tmp_path):  # noqa: F811

@@ -11,12 +11,15 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+import requests
 from pyiceberg.catalog.sql import SqlCatalog
 
 from connectql.connectors.iceberg.sink import IcebergSink, pooled
+from connectql.errors import ConnectQLError
 from connectql.toolkit.testing import SinkRun, options_of
 from tests.helpers import run
 from tests.lakes import CHANGE_BATCHES, CHANGE_SCHEMA, CHANGED, cdc_into
+from tests.s3server import ACCESS_KEY, SECRET_KEY, TABLE_BUCKET, s3server  # noqa: F401
 from tests.test_postgres import cdc_dbs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.spark
@@ -68,6 +71,42 @@ def test_upsert_applies_each_keys_last_change(spark, tmp_path):
     got = rows_of(options, "shop.items")
     assert sorted((r["id"], r["name"]) for r in got) == CHANGED
     assert set(got[0]) == {"id", "name"}  # no change columns
+
+
+def test_upsert_through_a_rest_catalog_on_s3(spark, s3server, tmp_path):  # noqa: F811
+    """catalog.type = 'rest' (SeaweedFS's Iceberg REST catalog, OAuth2 client credentials) and
+    an s3:// warehouse reached with the s3 connector's endpoint and keys."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    namespace = f"ns{tmp_path.name[-12:].replace('-', '_')}"
+    files = {k: v for k, v in s3server.options().items() if k != "bucket"}
+    catalog = {"catalog.type": "rest", "catalog.uri": s3server.iceberg_url,
+               "warehouse": f"s3://{TABLE_BUCKET}/"}  # fmt: skip
+    options = {**catalog, **files, "table": f"{namespace}.items", "key": "id"}
+    given = {**options, "catalog.credential": f"{ACCESS_KEY}:{SECRET_KEY}"}
+    run = SinkRun(IcebergSink, given, tmp_path, CHANGE_SCHEMA)
+    for batch in CHANGE_BATCHES:
+        run.add(batch)
+    run.to_end()
+    last = run.replay_last_batch()
+    reader = RestCatalog("r", **s3server.catalog_properties())
+    with pooled():
+        table = reader.load_table(f"{namespace}.items")
+        got = table.scan().to_arrow().to_pylist()
+    assert sorted((r["id"], r["name"]) for r in got) == CHANGED
+    assert table.metadata_location.startswith(f"s3://{TABLE_BUCKET}/")
+    assert IcebergSink(options_of(IcebergSink, given)).last_batch("test") == last
+    with pytest.raises(ConnectQLError, match="refused the credentials"):
+        SinkRun(IcebergSink, {**options, "catalog.credential": f"{ACCESS_KEY}:wrong"},
+                tmp_path / "x", CHANGE_SCHEMA)  # fmt: skip
+    token = requests.post(
+        f"{s3server.iceberg_url}/v1/oauth/tokens", timeout=10,
+        data={"grant_type": "client_credentials", "client_id": ACCESS_KEY, "client_secret": SECRET_KEY},
+    ).json()["access_token"]  # fmt: skip
+    by_token = {**options, "catalog.token": token}
+    assert IcebergSink(options_of(IcebergSink, by_token)).last_batch("test") == last
+    with pytest.raises(ConnectQLError, match="refused the credentials"):
+        IcebergSink(options_of(IcebergSink, {**options, "catalog.token": "nope"})).last_batch("t")
 
 
 def test_postgres_cdc_into_an_iceberg_table(worker, pg_logical, cdc_dbs, tmp_path):  # noqa: F811

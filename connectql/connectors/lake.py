@@ -1,5 +1,6 @@
 """What the table-format sinks (delta, iceberg) share: the mode (append, or a change stream
-upserted by key), the columns a table gets, and each key's last change of a batch."""
+upserted by key), the columns a table gets, each key's last change of a batch, and the S3 server
+a table on `s3://` is reached through."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectql.config import Option
+from connectql.connectors.s3.options import STORE_OPTIONS
+from connectql.connectors.s3.store import server_of
 from connectql.toolkit import ValidationError
 from connectql.toolkit.envelope import META_COLUMNS, OP, POS
 from connectql.toolkit.messages import MESSAGE_COLUMNS
@@ -21,6 +24,49 @@ MODE_OPTIONS = (
     ),
     Option("key", doc="the columns a row is matched by in upsert mode (default: the stream's key)"),
 )
+
+
+S3_OPTIONS = tuple(o for name, o in STORE_OPTIONS.items() if name != "bucket")
+
+
+class Store:
+    """The S3 server of a table whose location is an s3:// URL (the s3 connector's endpoint,
+    region and keys), as each library takes it; nothing for a local path."""
+
+    def __init__(self, options: dict, location: str, who: str):
+        self.remote = location.startswith(("s3://", "s3a://"))
+        given = [o.name for o in S3_OPTIONS if options.get(o.name)]
+        if given and not self.remote:
+            raise ValidationError(
+                f"{who}: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for an s3://"
+                f" location, and {location!r} is not one"
+            )
+        self.endpoint, self.region, self.access, self.secret = server_of(options, who)
+
+    def delta(self) -> dict[str, str]:
+        """delta-rs's storage_options."""
+        if not self.remote:
+            return {}
+        found = {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": self.region or "us-east-1",
+            "AWS_ACCESS_KEY_ID": self.access,
+            "AWS_SECRET_ACCESS_KEY": self.secret,
+            "AWS_ALLOW_HTTP": "true" if (self.endpoint or "").startswith("http://") else None,
+        }
+        return {k: v for k, v in found.items() if v}
+
+    def iceberg(self) -> dict[str, str]:
+        """pyiceberg's FileIO properties."""
+        if not self.remote:
+            return {}
+        found = {
+            "s3.endpoint": self.endpoint,
+            "s3.region": self.region or "us-east-1",
+            "s3.access-key-id": self.access,
+            "s3.secret-access-key": self.secret,
+        }
+        return {k: v for k, v in found.items() if v}
 
 
 class Layout:

@@ -16,14 +16,20 @@ from typing import Any
 import pyarrow as pa
 
 from connectql.config import Option
-from connectql.connectors.lake import MODE_OPTIONS, Layout
+from connectql.connectors.lake import MODE_OPTIONS, S3_OPTIONS, Layout, Store
 from connectql.toolkit import Sink, ValidationError
 from connectql.toolkit.envelope import OP
 
 SINK_OPTIONS = (
-    Option("path", required=True, doc="the Delta table's directory (created when missing)"),
+    Option(
+        "path",
+        required=True,
+        doc="the Delta table's directory (created when missing): a local path, or an s3:// URL"
+        " (then endpoint, region and keys reach its server)",
+    ),
     *MODE_OPTIONS,
     Option("partition.by", doc="columns to partition a table this sink creates by, a comma list"),
+    *S3_OPTIONS,
 )
 
 
@@ -35,6 +41,7 @@ class DeltaSink(Sink):
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
         self.path = options["path"]
+        self.storage = Store(options, self.path, "delta sink").delta()
 
     @property
     def layout(self) -> Layout:
@@ -55,12 +62,18 @@ class DeltaSink(Sink):
         from deltalake.exceptions import DeltaError, TableNotFoundError
 
         try:
-            table = DeltaTable(self.path)
+            table = DeltaTable(self.path, storage_options=self.storage)
         except TableNotFoundError:
             parts = [
                 c.strip() for c in (self.options.get("partition.by") or "").split(",") if c.strip()
             ]
-            return DeltaTable.create(self.path, schema, partition_by=parts or None, mode="ignore")
+            return DeltaTable.create(
+                self.path,
+                schema,
+                partition_by=parts or None,
+                mode="ignore",
+                storage_options=self.storage,
+            )
         have = set(pa.schema(table.schema().to_arrow()).names)
         missing = [pa.field(f.name, f.type) for f in schema if f.name not in have]
         if missing:
@@ -76,7 +89,7 @@ class DeltaSink(Sink):
     def last_batch(self, writer: str) -> int | None:
         from deltalake import DeltaTable
 
-        return DeltaTable(self.path).transaction_version(_app(writer))
+        return DeltaTable(self.path, storage_options=self.storage).transaction_version(_app(writer))
 
     def write(self, writer: str, batch_id: int, data: pa.Table) -> None:
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -85,7 +98,13 @@ class DeltaSink(Sink):
         layout = self.layout
         if layout.mode == "append":
             rows = data.cast(layout.written(data.schema))
-            write_deltalake(self.path, rows, mode="append", commit_properties=done)
+            write_deltalake(
+                self.path,
+                rows,
+                mode="append",
+                commit_properties=done,
+                storage_options=self.storage,
+            )
             return
         last, _live = layout.changes(data)
         columns = layout.written(data.schema).names
@@ -94,7 +113,7 @@ class DeltaSink(Sink):
         is_delete = "s.`__op` = 'd'" if has_op else "false"
         source = last.select([*columns, *([OP] if has_op else [])])
         (
-            DeltaTable(self.path)
+            DeltaTable(self.path, storage_options=self.storage)
             .merge(source, on, source_alias="s", target_alias="t", commit_properties=done)
             .when_matched_delete(predicate=is_delete)
             .when_matched_update_all(predicate=f"NOT ({is_delete})", except_cols=[OP])

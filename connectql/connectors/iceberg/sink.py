@@ -1,5 +1,6 @@
 """The iceberg sink: a stream into an Apache Iceberg table through pyiceberg (no Spark jar), its
-catalog a SQL catalog (`catalog.uri`: SQLite for one machine, PostgreSQL for shared use). Each
+catalog a SQL catalog (`catalog.uri`: SQLite for one machine, PostgreSQL for shared use) or an
+Iceberg REST catalog (`catalog.type = 'rest'`), its files on a local path or S3. Each
 micro-batch is one Iceberg transaction whose snapshots record the writer and the batch id in their
 summary (`connectql.writer`, `connectql.batch`): a batch Spark replays after a crash finds its id
 in the table's snapshots (`last_batch`) and is skipped; the data and the record are committed
@@ -21,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 
 from connectql.config import Option
-from connectql.connectors.lake import MODE_OPTIONS, Layout
-from connectql.toolkit import Sink, ValidationError
+from connectql.connectors.lake import MODE_OPTIONS, S3_OPTIONS, Layout, Store
+from connectql.toolkit import Retryable, Sink, ValidationError
 
 WRITER, BATCH = "connectql.writer", "connectql.batch"  # a snapshot summary's properties
 _POOLED = threading.Lock()
@@ -45,10 +46,18 @@ def pooled() -> Iterator[None]:
 
 SINK_OPTIONS = (
     Option(
+        "catalog.type",
+        "enum",
+        "sql",
+        choices=("sql", "rest"),
+        doc="sql: a SQL catalog (a table of SQLite or PostgreSQL); rest: an Iceberg REST catalog",
+    ),
+    Option(
         "catalog.uri",
         required=True,
-        doc="the SQL catalog's SQLAlchemy URL, e.g. 'sqlite:////data/lake/catalog.db' (one"
-        " machine) or 'postgresql+psycopg://user@host/db' (shared)",
+        doc="sql: the catalog's SQLAlchemy URL, e.g. 'sqlite:////data/lake/catalog.db' (one"
+        " machine) or 'postgresql+psycopg://user@host/db' (shared); rest: the catalog's URL,"
+        " e.g. 'http://127.0.0.1:8181'",
     ),
     Option(
         "catalog.name",
@@ -56,9 +65,17 @@ SINK_OPTIONS = (
         doc="the catalog's name in the SQL catalog's tables (a reader opens it by this name)",
     ),
     Option(
+        "catalog.credential",
+        secret=True,
+        doc="rest: OAuth2 client credentials 'client_id:client_secret', exchanged for a token"
+        " at the catalog (a secret: never shown)",
+    ),
+    Option("catalog.token", secret=True, doc="rest: a bearer token (a secret: never shown)"),
+    Option(
         "warehouse",
-        required=True,
-        doc="where the tables' files go: a directory (a path or file:// URL)",
+        doc="where the tables' files go: a directory (a path or file:// URL) or an s3:// URL"
+        " (then endpoint, region and keys reach its server); required for a SQL catalog, for a"
+        " REST catalog the warehouse it names (absent: its default)",
     ),
     Option(
         "table",
@@ -66,6 +83,7 @@ SINK_OPTIONS = (
         doc="namespace.name of the table (created from the stream's schema when missing)",
     ),
     *MODE_OPTIONS,
+    *S3_OPTIONS,
 )
 
 
@@ -85,23 +103,55 @@ class IcebergSink(Sink):
         return Layout(self.options, self.stream_key)
 
     def _catalog(self):
+        options, kind = self.options, self.options.get("catalog.type") or "sql"
+        warehouse = options.get("warehouse") or ""
+        files = Store(options, warehouse, "iceberg sink").iceberg()
+        name = options.get("catalog.name") or "connectql"
+        if kind == "rest":
+            from pyiceberg.catalog.rest import RestCatalog
+
+            uri = options["catalog.uri"].rstrip("/")
+            given = {
+                "credential": options.get("catalog.credential"),
+                "token": options.get("catalog.token"),
+                "warehouse": warehouse,
+            }
+            if given["credential"]:  # the REST spec's token endpoint, said (else a warning)
+                given["oauth2-server-uri"] = f"{uri}/v1/oauth/tokens"
+            return RestCatalog(name, uri=uri, **{k: v for k, v in given.items() if v}, **files)
         from pyiceberg.catalog.sql import SqlCatalog
 
-        warehouse = self.options["warehouse"]
+        if not warehouse:
+            raise ValidationError("iceberg sink: a SQL catalog needs warehouse = '...'")
         if "://" not in warehouse:
             warehouse = f"file://{warehouse}"
-        name = self.options.get("catalog.name") or "connectql"
-        return SqlCatalog(name, uri=self.options["catalog.uri"], warehouse=warehouse)
+        return SqlCatalog(name, uri=options["catalog.uri"], warehouse=warehouse, **files)
 
     def check(self, schema: pa.Schema) -> None:
         where = f"iceberg sink into {self.name}"
         self.layout.check(schema, where)
-        with pooled():
+        with self._calls():
             self._table(self.layout.written(schema), where)
 
     def open(self, writer: str, schema: pa.Schema) -> None:
-        with pooled():
+        with self._calls():
             self._table(self.layout.written(schema), f"sink connector '{self.connector}'")
+
+    @contextlib.contextmanager
+    def _calls(self) -> Iterator[None]:
+        """pyiceberg's work, pooled, its catalog's refusals and absences as connectql's errors:
+        refused credentials a ValidationError, a catalog that does not answer Retryable."""
+        import requests
+        from pyiceberg import exceptions as ice
+
+        where = f"iceberg sink: the catalog at {self.options['catalog.uri']}"
+        try:
+            with pooled():
+                yield
+        except (ice.UnauthorizedError, ice.ForbiddenError, ice.OAuthError) as e:
+            raise ValidationError(f"{where} refused the credentials: {e}") from None
+        except (requests.ConnectionError, ice.ServiceUnavailableError, ice.ServerError) as e:
+            raise Retryable(f"{where} does not answer: {e}") from None
 
     def _table(self, schema: pa.Schema, where: str):
         """The table, created (with its namespace) from `schema` when missing; columns the
@@ -122,7 +172,7 @@ class IcebergSink(Sink):
         return catalog.load_table(self.name)
 
     def last_batch(self, writer: str) -> int | None:
-        with pooled():
+        with self._calls():
             table = self._catalog().load_table(self.name)
         found = [
             int(s.summary.additional_properties[BATCH])
@@ -132,7 +182,7 @@ class IcebergSink(Sink):
         return max(found) if found else None
 
     def write(self, writer: str, batch_id: int, data: pa.Table) -> None:
-        with pooled():
+        with self._calls():
             self._write(writer, batch_id, data)
 
     def _write(self, writer: str, batch_id: int, data: pa.Table) -> None:

@@ -51,19 +51,25 @@ class Place:
 
 def place_of(opts: dict[str, Any]) -> Place:
     """The Place of a connector's resolved options; keys must come both or neither."""
+    return Place(opts["bucket"], *server_of(opts, "s3"))
+
+
+def server_of(opts: dict[str, Any], who: str) -> tuple[str | None, str | None, str | None, str | None]:
+    """(endpoint, region, access key, secret key) of a connector's resolved S3 options, checked:
+    the keys both or neither, the endpoint an http(s) URL."""
     access, secret = opts.get("access.key"), opts.get("secret.key")
     if bool(access) != bool(secret):
         given, missing = ("access.key", "secret.key") if access else ("secret.key", "access.key")
         raise ValidationError(
-            f"s3: {given} is given without {missing}: give both, or neither to use the"
+            f"{who}: {given} is given without {missing}: give both, or neither to use the"
             " standard AWS credential chain"
         )
     endpoint = opts.get("endpoint")
     if endpoint and urlparse(endpoint).scheme not in ("http", "https"):
         raise ValidationError(
-            f"s3: endpoint '{endpoint}' must be a URL starting with http:// or https://"
+            f"{who}: endpoint '{endpoint}' must be a URL starting with http:// or https://"
         )
-    return Place(opts["bucket"], endpoint, opts.get("region"), access, secret)
+    return endpoint, opts.get("region"), access, secret
 
 
 @dataclass(frozen=True)

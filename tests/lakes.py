@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pyarrow as pa
+import pytest
 
+from connectql.errors import ConnectQLError
 from tests.helpers import run, wait_until
 from tests.pgserver import pg_sql
 from tests.test_postgres import connection
@@ -60,3 +62,15 @@ def cdc_into(worker, pg_logical, cdc_dbs, sink: str, rows: Callable[[], list[dic
         return sorted(got) == want
 
     wait_until(same, 120, what="the table equal to the source")
+
+
+def commit_interval_is_the_trigger(worker, sink: str) -> None:
+    """commit.interval.ms sets the sink's trigger (EXPLAIN says so), it refuses
+    trigger.interval beside it and a value under 1; `sink` is a CREATE SINK up to its last
+    option, without the closing parenthesis."""
+    plan = run(worker, f"EXPLAIN {sink}, 'commit.interval.ms' = 2500)")[0]
+    assert dict(plan.rows)["trigger"] == "every 2500 ms"
+    with pytest.raises(ConnectQLError, match="commit.interval.ms and trigger.interval"):
+        run(worker, f"{sink}, 'commit.interval.ms' = 2500, 'trigger.interval' = '1 second')")
+    with pytest.raises(ConnectQLError, match="commit.interval.ms must be at least 1"):
+        run(worker, f"{sink}, 'commit.interval.ms' = 0)")

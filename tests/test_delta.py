@@ -17,7 +17,13 @@ from connectql.connectors.delta.sink import DeltaSink
 from connectql.errors import ConnectQLError
 from connectql.toolkit.testing import SinkRun
 from tests.helpers import run
-from tests.lakes import CHANGE_BATCHES, CHANGE_SCHEMA, CHANGED, cdc_into
+from tests.lakes import (
+    CHANGE_BATCHES,
+    CHANGE_SCHEMA,
+    CHANGED,
+    cdc_into,
+    commit_interval_is_the_trigger,
+)
 from tests.s3server import ACCESS_KEY, SECRET_KEY, bucket, s3server  # noqa: F401
 from tests.test_postgres import cdc_dbs  # noqa: F401 (fixture)
 
@@ -33,7 +39,8 @@ def test_append_writes_each_row_once_across_a_replay(spark, tmp_path):
         [("id", pa.int64()), ("at", pa.timestamp("us", tz="UTC")), ("day", pa.string())]
     )
     path = tmp_path / "lake" / "events"
-    run = SinkRun(DeltaSink, {"path": str(path), "partition.by": "day"}, tmp_path, schema)
+    options = {"path": str(path), "partition.by": "day", "compact.every": 1}
+    run = SinkRun(DeltaSink, options, tmp_path, schema)
     at = datetime(2026, 12, 7, 10, 0)
     for start in (0, 100, 200):
         run.add([{"id": i, "at": at, "day": f"d{i % 2}"} for i in range(start, start + 100)])
@@ -43,6 +50,9 @@ def test_append_writes_each_row_once_across_a_replay(spark, tmp_path):
     assert Counter(r["id"] for r in rows_of(path)) == Counter(range(300))  # each once
     assert DeltaTable(str(path)).transaction_version("connectql-test") == last
     assert DeltaTable(str(path)).metadata().partition_columns == ["day"]
+    # compact.every = 1: each batch compacts the table: 2 files (a day each), not 6
+    assert len(DeltaTable(str(path)).file_uris()) == 2
+    assert "OPTIMIZE" in [c.get("operation") for c in DeltaTable(str(path)).history()]
 
 
 def test_upsert_applies_each_keys_last_change(spark, tmp_path):
@@ -72,8 +82,13 @@ def test_upsert_into_a_table_on_s3(spark, s3server, bucket, tmp_path):  # noqa: 
     table = DeltaTable(path, storage_options=storage)
     assert sorted((r["id"], r["name"]) for r in table.to_pyarrow_table().to_pylist()) == CHANGED
     assert table.transaction_version("connectql-test") == last
-    assert s3server.filesystem().get_file_info(f"{bucket}/lake/items/_delta_log").type.name == "Directory"
-    with pytest.raises(ConnectQLError, match="endpoint, region, access.key, secret.key are for an s3:// location"):
+    assert (
+        s3server.filesystem().get_file_info(f"{bucket}/lake/items/_delta_log").type.name
+        == "Directory"
+    )
+    with pytest.raises(
+        ConnectQLError, match="endpoint, region, access.key, secret.key are for an s3:// location"
+    ):
         SinkRun(DeltaSink, {"path": str(tmp_path / "t"), **server}, tmp_path / "x", CHANGE_SCHEMA)
 
 
@@ -98,5 +113,8 @@ def test_a_sink_of_several_streams_writes_a_table_each(worker, tmp_path):
         """,
     )
     worker.wait_for_once()
+    commit_interval_is_the_trigger(
+        worker, f"CREATE SINK CONNECTOR later TO delta FROM lk_a WITH (path = '{lake}/later'"
+    )
     for name, n in (("lk_a", 300), ("lk_b", 200)):
         assert sorted(r["id"] for r in rows_of(lake / name)) == list(range(1, n + 1)), name

@@ -18,7 +18,13 @@ from connectql.connectors.iceberg.sink import IcebergSink, pooled
 from connectql.errors import ConnectQLError
 from connectql.toolkit.testing import SinkRun, options_of
 from tests.helpers import run
-from tests.lakes import CHANGE_BATCHES, CHANGE_SCHEMA, CHANGED, cdc_into
+from tests.lakes import (
+    CHANGE_BATCHES,
+    CHANGE_SCHEMA,
+    CHANGED,
+    cdc_into,
+    commit_interval_is_the_trigger,
+)
 from tests.s3server import ACCESS_KEY, SECRET_KEY, TABLE_BUCKET, s3server  # noqa: F401
 from tests.test_postgres import cdc_dbs  # noqa: F401 (fixture)
 
@@ -46,9 +52,23 @@ def rows_of(options: dict, table: str) -> list[dict] | None:
         return None
 
 
+def files_of(options: dict, table: str) -> int:
+    """How many data files the table's current snapshot reads."""
+    catalog = SqlCatalog(options["catalog.name"], uri=options["catalog.uri"],
+                         warehouse=f"file://{options['warehouse']}")  # fmt: skip
+    with pooled():
+        t = catalog.load_table(table)
+        return len(list(t.scan().plan_files()))
+
+
 def test_append_writes_each_row_once_across_a_replay(spark, tmp_path):
     schema = pa.schema([("id", pa.int64()), ("price", pa.decimal128(10, 2))])
-    options = {**lake(tmp_path), "table": "shop.events", "catalog.name": "events"}
+    options = {
+        **lake(tmp_path),
+        "table": "shop.events",
+        "catalog.name": "events",
+        "compact.every": 1,
+    }
     run = SinkRun(IcebergSink, options, tmp_path, schema)
     for start in (0, 100, 200):
         run.add([{"id": i, "price": Decimal(i) / 4} for i in range(start, start + 100)])
@@ -59,6 +79,8 @@ def test_append_writes_each_row_once_across_a_replay(spark, tmp_path):
     assert Counter(r["id"] for r in rows) == Counter(range(300))  # each once
     assert {r["price"] for r in rows if r["id"] == 5} == {Decimal("1.25")}
     assert IcebergSink(options_of(IcebergSink, options)).last_batch("test") == last
+    # compact.every = 1: each batch compacts the table: 1 data file, not 3; the record kept
+    assert files_of(options, "shop.events") == 1
 
 
 def test_upsert_applies_each_keys_last_change(spark, tmp_path):
@@ -136,3 +158,9 @@ def test_a_sink_of_several_streams_writes_a_table_each(worker, tmp_path):
     worker.wait_for_once()
     for name, n in (("lake.ic_a", 300), ("lake.ic_b", 200)):
         assert sorted(r["id"] for r in rows_of(options, name)) == list(range(1, n + 1)), name
+    commit_interval_is_the_trigger(
+        worker,
+        f"CREATE SINK CONNECTOR later TO iceberg FROM ic_a WITH ("
+        f"'catalog.uri' = '{options['catalog.uri']}', warehouse = '{options['warehouse']}',"
+        " table = 'lake.later'",
+    )

@@ -626,8 +626,12 @@ AUDIT |= {
     "delta sink mode": _DELTA + "test_postgres_cdc_into_a_delta_table",
     "delta sink streams": _DELTA + "test_a_sink_of_several_streams_writes_a_table_each",
     "delta sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
-    **{f"delta sink {o}": _DELTA + "test_upsert_into_a_table_on_s3"
-       for o in ("endpoint", "region", "access.key", "secret.key")},  # fmt: skip
+    "delta sink compact.every": _DELTA + "test_append_writes_each_row_once_across_a_replay",
+    "delta sink commit.interval.ms": _DELTA + "test_a_sink_of_several_streams_writes_a_table_each",
+    **{
+        f"delta sink {o}": _DELTA + "test_upsert_into_a_table_on_s3"
+        for o in ("endpoint", "region", "access.key", "secret.key")
+    },  # fmt: skip
 }
 _ICE = "test_iceberg.py::"
 AUDIT |= {
@@ -639,9 +643,20 @@ AUDIT |= {
     "iceberg sink key": _ICE + "test_upsert_applies_each_keys_last_change",
     "iceberg sink streams": _ICE + "test_a_sink_of_several_streams_writes_a_table_each",
     "iceberg sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
-    **{f"iceberg sink {o}": _ICE + "test_upsert_through_a_rest_catalog_on_s3"
-       for o in ("endpoint", "region", "access.key", "secret.key", "catalog.type",
-                 "catalog.credential", "catalog.token")},  # fmt: skip
+    "iceberg sink compact.every": _ICE + "test_append_writes_each_row_once_across_a_replay",
+    "iceberg sink commit.interval.ms": _ICE + "test_a_sink_of_several_streams_writes_a_table_each",
+    **{
+        f"iceberg sink {o}": _ICE + "test_upsert_through_a_rest_catalog_on_s3"
+        for o in (
+            "endpoint",
+            "region",
+            "access.key",
+            "secret.key",
+            "catalog.type",
+            "catalog.credential",
+            "catalog.token",
+        )
+    },  # fmt: skip
 }
 _KAFKA = "test_kafka.py::"
 _KAFKA_READ = _KAFKA + "test_a_source_reads_each_record_once_across_stops_and_a_replay"

@@ -26,6 +26,23 @@ MODE_OPTIONS = (
 )
 
 
+COMMIT_OPTIONS = (
+    Option(
+        "commit.interval.ms",
+        "int",
+        doc="commit at most this often: a micro-batch (one table commit) starts at most every"
+        " this many ms, so small changes gather into fewer, larger files; absent: a commit as"
+        " fast as records arrive. Sets the sink's trigger, so it cannot be given with"
+        " trigger.interval",
+    ),
+    Option(
+        "compact.every",
+        "int",
+        doc="after every this many micro-batches, rewrite the table's small files into large"
+        " ones (delta: OPTIMIZE compact; iceberg: the table rewritten in one overwrite that"
+        " keeps the batch record); absent: never",
+    ),
+)
 S3_OPTIONS = tuple(o for name, o in STORE_OPTIONS.items() if name != "bucket")
 
 
@@ -67,6 +84,28 @@ class Store:
             "s3.secret-access-key": self.secret,
         }
         return {k: v for k, v in found.items() if v}
+
+
+def commit_interval(options: dict, who: str) -> int | None:
+    """The sink's micro-batch pace from commit.interval.ms (None: as fast as records arrive)."""
+    every = options.get("commit.interval.ms")
+    if every is None:
+        return None
+    if every < 1:
+        raise ValidationError(f"{who}: commit.interval.ms must be at least 1")
+    if options.get("trigger.interval"):
+        raise ValidationError(
+            f"{who}: commit.interval.ms and trigger.interval both set how often it commits; give one"
+        )
+    return every
+
+
+def compacts_after(options: dict, batch_id: int, who: str) -> bool:
+    """Whether the table is compacted after writing batch `batch_id` (compact.every)."""
+    every = options.get("compact.every")
+    if every is not None and every < 1:
+        raise ValidationError(f"{who}: compact.every must be at least 1")
+    return every is not None and (batch_id + 1) % every == 0
 
 
 class Layout:

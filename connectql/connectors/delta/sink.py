@@ -16,7 +16,15 @@ from typing import Any
 import pyarrow as pa
 
 from connectql.config import Option
-from connectql.connectors.lake import MODE_OPTIONS, S3_OPTIONS, Layout, Store
+from connectql.connectors.lake import (
+    COMMIT_OPTIONS,
+    MODE_OPTIONS,
+    S3_OPTIONS,
+    Layout,
+    Store,
+    commit_interval,
+    compacts_after,
+)
 from connectql.toolkit import Sink, ValidationError
 from connectql.toolkit.envelope import OP
 
@@ -29,6 +37,7 @@ SINK_OPTIONS = (
     ),
     *MODE_OPTIONS,
     Option("partition.by", doc="columns to partition a table this sink creates by, a comma list"),
+    *COMMIT_OPTIONS,
     *S3_OPTIONS,
 )
 
@@ -47,8 +56,12 @@ class DeltaSink(Sink):
     def layout(self) -> Layout:
         return Layout(self.options, self.stream_key)
 
+    def flush_interval_ms(self) -> int | None:
+        return commit_interval(self.options, "delta sink")
+
     def check(self, schema: pa.Schema) -> None:
         where = f"delta sink at {self.path}"
+        compacts_after(self.options, 0, where)
         self.layout.check(schema, where)
         self._table(self.layout.written(schema), where)
 
@@ -92,6 +105,14 @@ class DeltaSink(Sink):
         return DeltaTable(self.path, storage_options=self.storage).transaction_version(_app(writer))
 
     def write(self, writer: str, batch_id: int, data: pa.Table) -> None:
+        from deltalake import DeltaTable
+
+        self._write(writer, batch_id, data)
+        if compacts_after(self.options, batch_id, "delta sink"):
+            # its own commit, after the batch's: the batch's mark stays in the table's state
+            DeltaTable(self.path, storage_options=self.storage).optimize.compact()
+
+    def _write(self, writer: str, batch_id: int, data: pa.Table) -> None:
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
         done = CommitProperties(app_transactions=[Transaction(_app(writer), batch_id)])

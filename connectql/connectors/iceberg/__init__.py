@@ -7,7 +7,8 @@ from connectql.toolkit import Connector
 
 CONNECTOR = Connector(
     type="iceberg",
-    doc="Apache Iceberg tables (pyiceberg, a SQL catalog; no Spark jar): the sink appends a"
+    doc="Apache Iceberg tables (pyiceberg, a SQL or REST catalog, files local or on S3; no Spark"
+    " jar): the sink appends a"
     " stream's rows or upserts a change stream by its key, each micro-batch one transaction"
     " whose snapshots record the batch id (exactly-once).",
     sink=IcebergSink,

@@ -22,7 +22,15 @@ from typing import Any
 import pyarrow as pa
 
 from connectql.config import Option
-from connectql.connectors.lake import MODE_OPTIONS, S3_OPTIONS, Layout, Store
+from connectql.connectors.lake import (
+    COMMIT_OPTIONS,
+    MODE_OPTIONS,
+    S3_OPTIONS,
+    Layout,
+    Store,
+    commit_interval,
+    compacts_after,
+)
 from connectql.toolkit import Retryable, Sink, ValidationError
 
 WRITER, BATCH = "connectql.writer", "connectql.batch"  # a snapshot summary's properties
@@ -83,6 +91,7 @@ SINK_OPTIONS = (
         doc="namespace.name of the table (created from the stream's schema when missing)",
     ),
     *MODE_OPTIONS,
+    *COMMIT_OPTIONS,
     *S3_OPTIONS,
 )
 
@@ -127,8 +136,12 @@ class IcebergSink(Sink):
             warehouse = f"file://{warehouse}"
         return SqlCatalog(name, uri=options["catalog.uri"], warehouse=warehouse, **files)
 
+    def flush_interval_ms(self) -> int | None:
+        return commit_interval(self.options, "iceberg sink")
+
     def check(self, schema: pa.Schema) -> None:
         where = f"iceberg sink into {self.name}"
+        compacts_after(self.options, 0, where)
         self.layout.check(schema, where)
         with self._calls():
             self._table(self.layout.written(schema), where)
@@ -184,6 +197,16 @@ class IcebergSink(Sink):
     def write(self, writer: str, batch_id: int, data: pa.Table) -> None:
         with self._calls():
             self._write(writer, batch_id, data)
+            if compacts_after(self.options, batch_id, "iceberg sink"):
+                self._compact(writer, batch_id)
+
+    def _compact(self, writer: str, batch_id: int) -> None:
+        """The table rewritten in one overwrite (pyiceberg has no rewrite of data files): its
+        rows read whole, written as few large files, the snapshot marked with the batch just
+        committed so that last_batch reads the same after it."""
+        table = self._catalog().load_table(self.name)
+        rows = table.scan().to_arrow()
+        table.overwrite(rows, snapshot_properties={WRITER: writer, BATCH: str(batch_id)})
 
     def _write(self, writer: str, batch_id: int, data: pa.Table) -> None:
         marks = {WRITER: writer, BATCH: str(batch_id)}

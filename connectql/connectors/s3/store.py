@@ -54,7 +54,9 @@ def place_of(opts: dict[str, Any]) -> Place:
     return Place(opts["bucket"], *server_of(opts, "s3"))
 
 
-def server_of(opts: dict[str, Any], who: str) -> tuple[str | None, str | None, str | None, str | None]:
+def server_of(
+    opts: dict[str, Any], who: str
+) -> tuple[str | None, str | None, str | None, str | None]:
     """(endpoint, region, access key, secret key) of a connector's resolved S3 options, checked:
     the keys both or neither, the endpoint an http(s) URL."""
     access, secret = opts.get("access.key"), opts.get("secret.key")

@@ -12,20 +12,22 @@ view of an aborted transaction."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import time
 import uuid
 from collections import Counter
-from datetime import date, datetime
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
+import fastavro
 import psycopg
 import pyarrow as pa
 import pytest
 
 from connectql.connectors.kafka.sink import KafkaSink
 from connectql.connectors.kafka.source import KafkaSource
-from connectql.errors import ConnectQLError
+from connectql.errors import ConnectQLError, ValidationError
 from connectql.toolkit.testing import SinkRun, SourceRun
 from tests.crash import killed_once, resumed_until
 from tests.helpers import read_parquet_rows, run, wait_until
@@ -489,3 +491,140 @@ def test_a_sink_of_several_streams_writes_each_to_its_own_topic(worker, broker):
     for topic, n in (("sev.sev_a", 300), ("sev.sev_b", 200)):
         ids = [json.loads(m.value())["id"] for m in broker.records(topic)]
         assert sorted(ids) == list(range(1, n + 1)), topic
+
+
+AVRO = {"type": "record", "name": "order", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": ["null", "string"], "default": None},
+    {"name": "ok", "type": "boolean"},
+    {"name": "score", "type": "double"},
+    {"name": "ratio", "type": "float"},
+    {"name": "count", "type": "int"},
+    {"name": "raw", "type": "bytes"},
+    {"name": "color", "type": {"type": "enum", "name": "color", "symbols": ["RED", "BLUE"]}},
+    {"name": "tag4", "type": {"type": "fixed", "name": "tag4", "size": 4}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+    {"name": "attrs", "type": {"type": "map", "values": "long"}},
+    {"name": "place", "type": {"type": "record", "name": "place", "fields": [
+        {"name": "city", "type": "string"}, {"name": "zip", "type": ["null", "int"]}]}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
+                               "scale": 2}},
+    {"name": "big", "type": {"type": "fixed", "name": "big", "size": 9, "logicalType": "decimal",
+                             "precision": 20, "scale": 4}},
+    {"name": "uid", "type": {"type": "string", "logicalType": "uuid"}},
+]}  # fmt: skip
+AVRO_TEXT = json.dumps(AVRO)
+AVRO_PARSED = fastavro.parse_schema(AVRO)
+T0 = datetime(2026, 12, 7, 10, 0, 0, tzinfo=timezone.utc)
+
+
+def order(i: int) -> dict:
+    """Record i of AVRO, every type and logical type set (name NULL for i = 3)."""
+    return {"id": i, "name": None if i == 3 else f"n{i}", "ok": i % 2 == 0, "score": i / 4,
+            "ratio": 0.5, "count": -i, "raw": bytes([i, 255]), "color": ["RED", "BLUE"][i % 2],
+            "tag4": bytes([65 + i] * 4), "tags": [f"t{i}", "x"], "attrs": {"a": i, "b": -1},
+            "place": {"city": f"c{i}", "zip": None if i % 2 else 1000 + i},
+            "day": date(2026, 12, 1 + i), "ms": T0 + timedelta(milliseconds=i * 1001),
+            "us": T0 + timedelta(microseconds=i * 1_000_001), "price": Decimal(f"{i}.25"),
+            "big": Decimal(f"-12345678.{i:04d}"), "uid": str(uuid.UUID(int=i))}  # fmt: skip
+
+
+def avro_datum(record: dict, parsed=AVRO_PARSED, header: bytes = b"") -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, parsed, record)
+    return header + out.getvalue()
+
+
+def avro_record(value: bytes, parsed=AVRO_PARSED) -> dict:
+    return fastavro.schemaless_reader(io.BytesIO(value), parsed, None)
+
+
+CONFLUENT = b"\x00\x00\x00\x00\x07"  # magic byte 0, schema id 7
+
+
+def test_avro_kafka_to_kafka_through_sql_by_value_with_dead_letters(worker, broker):
+    """format = 'avro' with avro.schema: every Avro type and logical type reaches the stream by
+    value (Confluent's 5-byte header skipped) and the kafka sink writes each row back as the
+    same datum; a value without the header and one that is no datum are dead letters with
+    their offsets."""
+    broker.create("avin")
+    messages = [(f"k{i}", avro_datum(order(i), header=CONFLUENT), None) for i in range(4)]
+    messages.insert(2, (None, b"no header", None))
+    messages.insert(3, (None, CONFLUENT + b"\x02\x04", None))  # a datum cut short
+    broker.produce("avin", messages)
+    servers = broker.servers
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR avin FROM kafka INTO orders WITH ('bootstrap.servers' = '{servers}',
+          topic = 'avin', format = 'avro', 'avro.schema' = '{AVRO_TEXT}',
+          'avro.confluent.header' = true, 'poll.interval.ms' = 50,
+          'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'orders_dead');
+        CREATE SINK CONNECTOR avout TO kafka FROM orders WITH ('bootstrap.servers' = '{servers}',
+          topic = 'avout', 'auto.create' = true, format = 'avro', 'avro.schema' = '{AVRO_TEXT}');
+        """,
+    )
+    wait_until(lambda: len(broker.records("avout", 0.3)) >= 4, 120, what="the copies")
+    copies = broker.records("avout")
+    assert [avro_record(m.value()) for m in copies] == [avro_record(avro_datum(order(i)))
+                                                        for i in range(4)]  # fmt: skip
+    assert [m.key() for m in copies] == [b"k0", b"k1", b"k2", b"k3"]
+    home = worker.home
+    row = read_parquet_rows(home / "streams/orders", """SELECT day, epoch_ms(ms), epoch_us(us),
+        price, big, uid, color, tag4, tags, attrs['a'], place.city, place.zip, name, raw,
+        count, ratio FROM t WHERE id = 2""")  # fmt: skip
+    two = order(2)
+    assert row == [(date(2026, 12, 3), int(two["ms"].timestamp() * 1000),
+                    int(two["us"].timestamp() * 1_000_000), Decimal("2.25"),
+                    Decimal("-12345678.0002"), str(uuid.UUID(int=2)), "RED", b"CCCC",
+                    ["t2", "x"], 2, "c2", 1002, "n2", b"\x02\xff", -2, 0.5)]  # fmt: skip
+    assert read_parquet_rows(home / "streams/orders", "SELECT name FROM t WHERE id = 3") == [
+        (None,)
+    ]
+    letters = wait_until(
+        lambda: read_parquet_rows(
+            home / "streams/orders_dead", "SELECT error_message, source_offset FROM t ORDER BY 2"
+        ),
+        30,
+        what="the dead letters",
+    )
+    assert [json.loads(o)["offset"] for _e, o in letters] == [2, 3]
+    assert "no Confluent header" in letters[0][0] and "not an Avro datum" in letters[1][0]
+
+
+def test_an_avro_sink_derives_its_schema_or_checks_the_given_one(spark, broker, tmp_path):
+    """Without avro.schema the kafka sink writes each row as a record of the stream's columns
+    (each a union of null and its type, the message columns left out); a given avro.schema that
+    a column does not fit, or whose field no column fills, is refused at CREATE naming it."""
+    schema = pa.schema([("id", pa.int64()), ("at", pa.timestamp("us", tz="UTC")),
+                        ("price", pa.decimal128(8, 3)), ("tags", pa.list_(pa.string())),
+                        ("attrs", pa.map_(pa.string(), pa.int32())), ("__key", pa.string())])  # fmt: skip
+    options = {"bootstrap.servers": broker.servers, "topic": "avderived", "auto.create": "true",
+               "format": "avro"}  # fmt: skip
+    run = SinkRun(KafkaSink, options, tmp_path, schema)
+    at = datetime(2026, 12, 7, 1, 2, 3, 456789, tzinfo=timezone.utc)
+    run.add([{"id": i, "at": at, "price": Decimal("1.500"), "tags": ["a"] if i else None,
+              "attrs": [("x", i)], "__key": f"k{i}"} for i in range(3)])  # fmt: skip
+    run.to_end()
+    nullable = lambda t: ["null", t]  # noqa: E731
+    expected = fastavro.parse_schema({"type": "record", "name": "row", "fields": [
+        {"name": "id", "type": nullable("long")},
+        {"name": "at", "type": nullable({"type": "long", "logicalType": "timestamp-micros"})},
+        {"name": "price", "type": nullable({"type": "bytes", "logicalType": "decimal",
+                                            "precision": 8, "scale": 3})},
+        {"name": "tags", "type": nullable({"type": "array", "items": nullable("string")})},
+        {"name": "attrs", "type": nullable({"type": "map", "values": nullable("int")})},
+    ]})  # fmt: skip
+    got = [(m.key(), avro_record(m.value(), expected)) for m in broker.records("avderived")]
+    assert got[1] == (b"k1", {"id": 1, "at": at, "price": Decimal("1.500"), "tags": ["a"],
+                              "attrs": {"x": 1}})  # fmt: skip
+    assert got[0][1]["tags"] is None and len(got) == 3
+    given = {**options, "avro.schema": AVRO_TEXT}
+    with pytest.raises(ValidationError, match="kafka sink: avro.schema's field ok is no column"):
+        SinkRun(KafkaSink, given, tmp_path / "a", pa.schema([("id", pa.int64())]))
+    narrow = json.dumps({"type": "record", "name": "r", "fields": [{"name": "id", "type": "int"}]})
+    with pytest.raises(ValidationError, match=r"column id \(int64\) does not fit .* field id"):
+        SinkRun(KafkaSink, {**options, "avro.schema": narrow}, tmp_path / "b", schema)

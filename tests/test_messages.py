@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from decimal import Decimal
 
 import fastavro
 import pyarrow as pa
@@ -70,3 +71,22 @@ def test_each_broker_source_and_sink_reads_and_writes_avro_values(broker):
     assert sink.format.encode(rows) == [datum.getvalue()]
     with pytest.raises(ValidationError, match="avro.schema is for format = 'avro' only"):
         made(sink_cls, **{"avro.schema": text})
+    with pytest.raises(ValidationError, match="format = 'avro' needs avro.schema"):
+        made(source_cls, format="avro").format.row_ddl()
+
+
+def test_an_avro_datum_its_column_cannot_hold_is_a_bad_value_not_a_failed_page():
+    """A decimal datum past its declared precision: that value is set apart, the page's others
+    are rows."""
+    schema = {"type": "record", "name": "r", "fields": [{"name": "d", "type": {
+        "type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}}]}  # fmt: skip
+    wide = json.loads(json.dumps(schema).replace('"precision": 4', '"precision": 20'))
+    parsed, values = fastavro.parse_schema(wide), []  # a producer's wider decimal
+    for number in ("1.50", "10000000000.00", "-0.25"):
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, {"d": Decimal(number)})
+        values.append(out.getvalue())
+    source = made(KafkaSource, format="avro", **{"avro.schema": json.dumps(schema)})
+    batch, bad = source.format.decode(values)
+    assert [b.index for b in bad] == [1] and "cannot hold" in bad[0].why
+    assert [str(d) for d in batch.column("d").to_pylist()] == ["1.50", "-0.25"]

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from connectql.errors import ValidationError
 
+_UNFIT = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError)
 CONFLUENT_MAGIC = 0  # Confluent's wire format: this byte, a 4-byte schema id, then the datum
 CONFLUENT_HEAD = 5
 _PLAIN = {
@@ -67,13 +68,28 @@ class AvroSchema:
     ) -> tuple[pa.RecordBatch, list[tuple[int, str]]]:
         """The values as a batch of `arrow` (None: a row of NULLs), and (index, why) of each
         that is no datum of the schema (left out of the batch)."""
-        rows, bad = [], []
+        rows, kept, bad = [], [], []
         for i, value in enumerate(values):
             try:
                 rows.append(None if value is None else self._datum(value, header))
+                kept.append(i)
             except Exception as e:  # whatever bytes that are no datum make fastavro raise
                 bad.append((i, f"not an Avro datum of avro.schema: {_reason(e)}"))
-        return _batch(rows, self.raw, self.arrow), bad
+        try:
+            return _batch(rows, self.raw, self.arrow), bad
+        except _UNFIT:  # a datum its column cannot hold (a decimal past its precision)
+            return self._one_by_one(rows, kept, bad)
+
+    def _one_by_one(self, rows: list, kept: list[int], bad: list) -> tuple[pa.RecordBatch, list]:
+        """The rows that fit their columns as a batch, each that does not a bad value."""
+        good = []
+        for i, row in zip(kept, rows, strict=True):
+            try:
+                _batch([row], self.raw, self.arrow)
+                good.append(row)
+            except _UNFIT as e:
+                bad.append((i, f"an Avro datum its columns cannot hold: {_reason(e)}"))
+        return _batch(good, self.raw, self.arrow), sorted(bad)
 
     def _datum(self, value: bytes, header: bool) -> dict:
         if header:

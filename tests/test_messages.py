@@ -1,6 +1,7 @@
 """The toolkit's message value formats as each broker connector declares them: the avro options
 reach every broker source's and sink's format (no broker needed: the bytes are the format's;
-test_kafka.py and test_redis.py carry them through real brokers)."""
+test_kafka.py and test_redis.py carry them through real brokers), and a datum its column
+cannot hold is a bad value of its own."""
 
 from __future__ import annotations
 

@@ -108,7 +108,10 @@ class AvroSchema:
         out = []
         for row in avro_rows(rows.select(names)):
             stream = io.BytesIO()
-            fastavro.schemaless_writer(stream, self.parsed, row)
+            try:
+                fastavro.schemaless_writer(stream, self.parsed, row)
+            except (TypeError, ValueError, OverflowError) as e:  # a NULL in a field of no null
+                raise ValueError(f"{self.where}: a row does not fit avro.schema: {e}") from None
             out.append(stream.getvalue())
         return out
 

@@ -264,7 +264,7 @@ class ValueFormat:
         if self.name == "text":
             return _texts(values, schema)
         if self.name == "avro":
-            batch, bad = AvroSchema.of(self.avro, "avro.schema").decode(values, self.header)
+            batch, bad = AvroSchema.of(self.avro, "format = 'avro'").decode(values, self.header)
             return batch, [Bad(i, why) for i, why in bad]
         try:
             return _json_batch(values, schema), []
@@ -285,7 +285,7 @@ class ValueFormat:
         if self.name == "debezium":
             return debezium.events(rows, [*MESSAGE_COLUMNS, *debezium.CHANGE_SCHEMA.names])
         if self.name == "avro":
-            return self._avro_of(rows.schema, "avro").encode(rows)
+            return self._avro_of(rows.schema, "format = 'avro'").encode(rows)
         if self.name != "json":
             if VALUE not in rows.schema.names:
                 raise ValueError(f"format = '{self.name}' writes the column `{VALUE}`, not found")

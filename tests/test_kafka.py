@@ -12,13 +12,15 @@ view of an aborted transaction."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import time
 import uuid
 from collections import Counter
-from datetime import date, datetime
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
+import fastavro
 import psycopg
 import pyarrow as pa
 import pytest
@@ -489,3 +491,152 @@ def test_a_sink_of_several_streams_writes_each_to_its_own_topic(worker, broker):
     for topic, n in (("sev.sev_a", 300), ("sev.sev_b", 200)):
         ids = [json.loads(m.value())["id"] for m in broker.records(topic)]
         assert sorted(ids) == list(range(1, n + 1)), topic
+
+
+AVRO = {"type": "record", "name": "order", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": ["null", "string"], "default": None},
+    {"name": "ok", "type": "boolean"},
+    {"name": "score", "type": "double"},
+    {"name": "ratio", "type": "float"},
+    {"name": "count", "type": "int"},
+    {"name": "raw", "type": "bytes"},
+    {"name": "color", "type": {"type": "enum", "name": "color", "symbols": ["RED", "BLUE"]}},
+    {"name": "tag4", "type": {"type": "fixed", "name": "tag4", "size": 4}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+    {"name": "attrs", "type": {"type": "map", "values": "long"}},
+    {"name": "place", "type": {"type": "record", "name": "place", "fields": [
+        {"name": "city", "type": "string"}, {"name": "zip", "type": ["null", "int"]}]}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
+                               "scale": 2}},
+    {"name": "big", "type": {"type": "fixed", "name": "big", "size": 9, "logicalType": "decimal",
+                             "precision": 20, "scale": 4}},
+    {"name": "uid", "type": {"type": "string", "logicalType": "uuid"}},
+]}  # fmt: skip
+AVRO_TEXT = json.dumps(AVRO)
+AVRO_PARSED = fastavro.parse_schema(AVRO)
+T0 = datetime(2026, 12, 7, 10, 0, 0, tzinfo=timezone.utc)
+
+
+def order(i: int) -> dict:
+    """Record i of AVRO, every type and logical type set (name NULL for i = 3)."""
+    return {"id": i, "name": None if i == 3 else f"n{i}", "ok": i % 2 == 0, "score": i / 4,
+            "ratio": 0.5, "count": -i, "raw": bytes([i, 255]), "color": ["RED", "BLUE"][i % 2],
+            "tag4": bytes([65 + i] * 4), "tags": [f"t{i}", "x"], "attrs": {"a": i, "b": -1},
+            "place": {"city": f"c{i}", "zip": None if i % 2 else 1000 + i},
+            "day": date(2026, 12, 1 + i), "ms": T0 + timedelta(milliseconds=i * 1001),
+            "us": T0 + timedelta(microseconds=i * 1_000_001), "price": Decimal(f"{i}.25"),
+            "big": Decimal(f"-12345678.{i:04d}"), "uid": str(uuid.UUID(int=i))}  # fmt: skip
+
+
+def avro_datum(record: dict, parsed=AVRO_PARSED, header: bytes = b"") -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, parsed, record)
+    return header + out.getvalue()
+
+
+def avro_record(value: bytes, parsed=AVRO_PARSED) -> dict:
+    return fastavro.schemaless_reader(io.BytesIO(value), parsed, None)
+
+
+CONFLUENT = b"\x00\x00\x00\x00\x07"  # magic byte 0, schema id 7
+
+
+def derived(t):
+    """The Avro type a sink without avro.schema writes for a column read as AVRO's type `t`:
+    a union of null and it, Avro-only kinds as their Spark column's (fixed: bytes, enum and
+    uuid: string, millis: micros), a record's fields and an array's items nullable too."""
+    if isinstance(t, list):
+        return derived(t[1])
+    if not isinstance(t, dict):
+        return ["null", t]
+    kind, logical = t["type"], t.get("logicalType")
+    if logical == "decimal":
+        decimal = {k: t[k] for k in ("logicalType", "precision", "scale")}
+        return ["null", {"type": "bytes", **decimal}]
+    plain = {"uuid": "string", "timestamp-millis": None, "enum": "string", "fixed": "bytes"}
+    if logical == "timestamp-millis":
+        return ["null", {"type": "long", "logicalType": "timestamp-micros"}]
+    if (logical or kind) in plain:
+        return ["null", plain[logical or kind]]
+    if kind == "record":
+        fields = [{"name": f["name"], "type": derived(f["type"])} for f in t["fields"]]
+        return ["null", {"type": "record", "name": f"row_{t['name']}", "fields": fields}]
+    if kind == "array":
+        return ["null", {"type": "array", "items": derived(t["items"])}]
+    if kind == "map":
+        return ["null", {"type": "map", "values": derived(t["values"])}]
+    return ["null", t]
+
+
+def test_avro_kafka_to_kafka_through_sql_by_value_with_dead_letters(worker, broker):
+    """format = 'avro' with avro.schema: every Avro type and logical type reaches the stream by
+    value (Confluent's 5-byte header skipped) and the kafka sink writes each row back as the
+    same datum; a value without the header and one that is no datum are dead letters with
+    their offsets. A sink without avro.schema writes records of the stream's columns (the
+    message columns left out); one whose avro.schema the stream does not fit is refused at
+    CREATE naming the field."""
+    broker.create("avin")
+    messages = [(f"k{i}", avro_datum(order(i), header=CONFLUENT), None) for i in range(4)]
+    messages.insert(2, (None, b"no header", None))
+    messages.insert(3, (None, CONFLUENT + b"\x02\x04", None))  # a datum cut short
+    broker.produce("avin", messages)
+    servers = broker.servers
+    run(
+        worker,
+        f"""
+        CREATE SOURCE CONNECTOR avin FROM kafka INTO orders WITH ('bootstrap.servers' = '{servers}',
+          topic = 'avin', format = 'avro', 'avro.schema' = '{AVRO_TEXT}',
+          'avro.confluent.header' = true, 'poll.interval.ms' = 50,
+          'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'orders_dead');
+        CREATE SINK CONNECTOR avout TO kafka FROM orders WITH ('bootstrap.servers' = '{servers}',
+          topic = 'avout', 'auto.create' = true, format = 'avro', 'avro.schema' = '{AVRO_TEXT}');
+        CREATE SINK CONNECTOR avd TO kafka FROM orders WITH ('bootstrap.servers' = '{servers}',
+          topic = 'avderived', 'auto.create' = true, format = 'avro');
+        """,
+    )
+    narrow = json.dumps({"type": "record", "name": "r", "fields": [{"name": "id", "type": "int"}]})
+    refusals = {
+        narrow: r"column id \(int64\) does not fit avro.schema's field id \(int32\)",
+        json.dumps({**AVRO, "fields": [*AVRO["fields"], {"name": "extra", "type": "long"}]}):
+            "avro.schema's field extra is no column of the stream",
+    }  # fmt: skip
+    for given, error in refusals.items():
+        with pytest.raises(ConnectQLError, match=error):
+            run(worker, f"CREATE SINK CONNECTOR x TO kafka FROM orders WITH ('bootstrap.servers'"
+                f" = '{servers}', topic = 'avout', format = 'avro', 'avro.schema' = '{given}')")  # fmt: skip
+    wait_until(lambda: len(broker.records("avout", 0.3)) >= 4, 120, what="the copies")
+    copies = broker.records("avout")
+    assert [avro_record(m.value()) for m in copies] == [avro_record(avro_datum(order(i)))
+                                                        for i in range(4)]  # fmt: skip
+    assert [m.key() for m in copies] == [b"k0", b"k1", b"k2", b"k3"]
+    fields = [{"name": f["name"], "type": derived(f["type"])} for f in AVRO["fields"]]
+    writer = fastavro.parse_schema({"type": "record", "name": "row", "fields": fields})
+    got = wait_until(lambda: broker.records("avderived", 0.3), 60, what="the derived records")
+    assert len(got) == 4
+    two = avro_record(got[2].value(), writer)
+    assert two == {**avro_record(avro_datum(order(2))), "uid": str(uuid.UUID(int=2))}
+    home = worker.home
+    row = read_parquet_rows(home / "streams/orders", """SELECT day, epoch_ms(ms), epoch_us(us),
+        price, big, uid, color, tag4, tags, attrs['a'], place.city, place.zip, name, raw,
+        count, ratio FROM t WHERE id = 2""")  # fmt: skip
+    two = order(2)
+    assert row == [(date(2026, 12, 3), int(two["ms"].timestamp() * 1000),
+                    int(two["us"].timestamp() * 1_000_000), Decimal("2.25"),
+                    Decimal("-12345678.0002"), str(uuid.UUID(int=2)), "RED", b"CCCC",
+                    ["t2", "x"], 2, "c2", 1002, "n2", b"\x02\xff", -2, 0.5)]  # fmt: skip
+    assert read_parquet_rows(home / "streams/orders", "SELECT name FROM t WHERE id = 3") == [
+        (None,)
+    ]
+    letters = wait_until(
+        lambda: read_parquet_rows(
+            home / "streams/orders_dead", "SELECT error_message, source_offset FROM t ORDER BY 2"
+        ),
+        30,
+        what="the dead letters",
+    )
+    assert [json.loads(o)["offset"] for _e, o in letters] == [2, 3]
+    assert "no Confluent header" in letters[0][0] and "not an Avro datum" in letters[1][0]

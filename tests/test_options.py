@@ -696,6 +696,23 @@ AUDIT |= {
     "kafka sink streams": _KAFKA + "test_a_sink_of_several_streams_writes_each_to_its_own_topic",
     "kafka sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
 }
+# format = 'avro' (toolkit/messages.py): through real brokers for kafka and redis, and for each
+# broker connector its declared options reaching the toolkit's format
+_AVRO_KAFKA = _KAFKA + "test_avro_kafka_to_kafka_through_sql_by_value_with_dead_letters"
+_AVRO_REDIS = _REDIS + "test_a_redis_source_reads_avro_values_with_the_toolkits_format"
+_AVRO_EACH = "test_messages.py::test_each_broker_source_and_sink_reads_and_writes_avro_values"
+AUDIT |= {
+    f"{broker} {key}": _AVRO_EACH
+    for broker in ("nats", "mqtt", "rabbitmq", "redis")
+    for key in ("source avro.schema", "source avro.confluent.header", "sink avro.schema")
+}
+AUDIT |= {
+    "kafka source avro.schema": _AVRO_KAFKA,
+    "kafka source avro.confluent.header": _AVRO_KAFKA,
+    "kafka sink avro.schema": _AVRO_KAFKA,
+    "redis source avro.schema": _AVRO_REDIS,
+    "redis source avro.confluent.header": _AVRO_REDIS,
+}
 _RETENTION = "test_retention.py::"
 AUDIT |= {
     "SET stream.retention": _RETENTION + "test_worker_defaults_apply_to_streams_that_set_none",

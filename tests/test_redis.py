@@ -6,11 +6,15 @@ nothing."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import uuid
 from collections import Counter
+from datetime import datetime, timezone
+from decimal import Decimal
 
+import fastavro
 import pyarrow as pa
 import pytest
 import redis
@@ -301,3 +305,37 @@ def _answers(url: str) -> bool:
 
 def _state(worker, name: str) -> str:
     return worker.catalog.get_connector(name).state
+
+
+READING = {"type": "record", "name": "reading", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "level", "type": {"type": "bytes", "logicalType": "decimal", "precision": 6,
+                               "scale": 2}},
+    {"name": "note", "type": ["null", "string"]},
+]}  # fmt: skip
+
+
+def test_a_redis_source_reads_avro_values_with_the_toolkits_format(spark, keys, tmp_path):
+    """format = 'avro' is the toolkit's value format, not kafka's: a redis source reads Avro
+    datums (Confluent's header skipped) into their fields' columns."""
+    src = f"{keys}-avro"
+    parsed = fastavro.parse_schema(READING)
+    at = datetime(2026, 12, 7, 8, 30, 0, 250000, tzinfo=timezone.utc)
+    client = redis.Redis.from_url(URL)
+    for i in range(3):
+        datum = io.BytesIO()
+        record = {"id": i, "at": at, "level": Decimal(f"{i}.5"), "note": None if i else "first"}
+        fastavro.schemaless_writer(datum, parsed, record)
+        client.xadd(src, {"value": b"\x00\x00\x00\x00\x01" + datum.getvalue(), "key": f"k{i}"})
+    options = {"key": src, "url": URL, "format": "avro", "avro.schema": json.dumps(READING),
+               "avro.confluent.header": "true"}  # fmt: skip
+    source = SourceRun(RedisSource, options, tmp_path / "in")
+    source.to_end()
+    rows = sorted(source.rows(), key=lambda r: r["id"])
+    ms = int(at.timestamp() * 1000)
+    assert [(r["id"], r["at"].timestamp() * 1000, r["level"], r["note"], r["__key"])
+            for r in rows] == [
+        (0, ms, Decimal("0.50"), "first", "k0"), (1, ms, Decimal("1.50"), None, "k1"),
+        (2, ms, Decimal("2.50"), None, "k2"),
+    ]  # fmt: skip

@@ -1,9 +1,10 @@
 """Messages: the columns every broker source gives its rows (fixed by the toolkit, like the change
-envelope) and the value formats (json, text, bytes) a broker source parses and a broker sink
-writes, so that one broker's rows go to another's sink unchanged.
+envelope) and the value formats (json, text, bytes, debezium, avro) a broker source parses and a
+broker sink writes, so that one broker's rows go to another's sink unchanged.
 
 A source's row is its value's columns (`format = 'json'`: the columns of `schema`, given or
-inferred from a sample; 'text': `value STRING`; 'bytes': `value BINARY`) and then:
+inferred from a sample; 'text': `value STRING`; 'bytes': `value BINARY`; 'avro': the fields of
+`avro.schema`) and then:
 
     __key        STRING               the message key (NULL: none)
     __headers    MAP<STRING, STRING>  its headers or properties (an empty map: none)
@@ -32,6 +33,7 @@ import pyarrow.json as pajson
 from connectql.config import Option
 from connectql.errors import PlanError, ValidationError
 from connectql.toolkit import debezium
+from connectql.toolkit.avro import AvroSchema, derived
 from connectql.toolkit.ddl import arrow_schema, spark_ddl
 from connectql.toolkit.jsontext import infer_ddl, json_value, one_line
 from connectql.toolkit.source import RAW_BASE64, raw_text
@@ -54,20 +56,22 @@ MESSAGE_DDL = (
     f"`{KEY}` STRING, `{HEADERS}` MAP<STRING, STRING>, `{TOPIC}` STRING, `{PARTITION}` INT,"
     f" `{POSITION}` STRING, `{TIMESTAMP}` TIMESTAMP"
 )
-FORMATS = ("json", "text", "bytes", "debezium")  # what a source reads and a sink writes
+FORMATS = ("json", "text", "bytes", "debezium", "avro")  # what a source reads and a sink writes
 VALUE = "value"  # the one column of a text or bytes value
 INFER_MESSAGES = 1000  # messages a json schema is inferred from
 
 
 def format_options(role: str) -> tuple[Option, ...]:
-    """The `format` (and for a source `schema`) options a broker connector declares."""
+    """The `format` (and for a source `schema`) options a broker connector declares, and
+    avro's."""
     if role == "sink":
         doc = (
             "json: each row as a JSON object (the message columns left out); text or bytes:"
             " the row's `value` column as the message; debezium: each row of a change stream"
-            " as a Debezium change event (before, after, op, ts_ms, source; no schema envelope)"
+            " as a Debezium change event (before, after, op, ts_ms, source; no schema envelope);"
+            " avro: each row as one Avro datum of avro.schema (no container header, no registry)"
         )
-        return (Option("format", "enum", "json", choices=FORMATS, doc=doc),)
+        return (Option("format", "enum", "json", choices=FORMATS, doc=doc), _avro_option(role))
     return (
         Option(
             "format",
@@ -78,14 +82,39 @@ def format_options(role: str) -> tuple[Option, ...]:
             " `value STRING` column; bytes: one `value BINARY` column; debezium: Debezium's"
             " JSON change events (with or without the schema envelope), as a change stream:"
             " the row's columns, __op, __ts_ms, __pos, __source, keyed by the message key's"
-            " fields",
+            " fields; avro: each message one Avro datum of avro.schema (schemaless, no"
+            " registry), its fields the columns",
         ),
         Option(
             "schema",
             doc="json: Spark DDL of the messages' fields, e.g. 'id BIGINT, name STRING';"
             f" absent: inferred at CREATE from the first {INFER_MESSAGES} messages",
         ),
+        _avro_option(role),
+        Option(
+            "avro.confluent.header",
+            "bool",
+            False,
+            doc="avro: each value starts with Confluent's 5-byte header (magic byte 0, a schema"
+            " id), which is skipped (the id is not looked up: avro.schema decodes the datum); a"
+            " value without it is a dead letter",
+        ),
     )
+
+
+def _avro_option(role: str) -> Option:
+    if role == "sink":
+        doc = (
+            "avro: the record schema (Avro JSON) each row is written as, its fields columns of"
+            " the stream; absent: derived from the stream's columns (each a union of null and"
+            " its type, the message columns left out)"
+        )
+    else:
+        doc = (
+            "avro (required with it): the record schema (Avro JSON) of the values, e.g."
+            """ '{"type": "record", "name": "click", "fields": [{"name": "id", "type": "long"}]}'"""
+        )
+    return Option("avro.schema", doc=doc)
 
 
 def text_of(raw: bytes | str | None) -> str | None:
@@ -119,25 +148,34 @@ class ValueFormat:
     """How message values become columns (a source) and rows become values (a sink)."""
 
     name: str
-    schema: pa.Schema | None = None  # json: the fields' types
+    schema: pa.Schema | None = None  # json: the fields' types; avro: avro.schema's columns
+    avro: str | None = None  # avro: avro.schema's text (None: a sink derives one)
+    header: bool = False  # avro: values start with Confluent's 5-byte header
 
     @classmethod
     def of(cls, options: dict[str, Any], where: str) -> ValueFormat:
         """From a connector's format and schema options (schema: Spark DDL, or None)."""
-        given = options.get("schema")
-        if given and options.get("format") != "json":
+        given, name = options.get("schema"), options.get("format") or "json"
+        if given and name != "json":
             raise ValidationError(f"{where}: schema is for format = 'json' only")
+        if options.get("avro.schema") and name != "avro":
+            raise ValidationError(f"{where}: avro.schema is for format = 'avro' only")
         schema = arrow_schema(given) if given else None
+        if options.get("avro.schema"):
+            schema = AvroSchema.of(options["avro.schema"], where).arrow
         clash = sorted(set(MESSAGE_COLUMNS) & set(schema.names if schema else ()))
         if clash:
             raise ValidationError(f"{where}: schema must not name {', '.join(clash)}: it is added")
-        return cls(options.get("format") or "json", schema)
+        header = bool(options.get("avro.confluent.header"))
+        return cls(name, schema, options.get("avro.schema"), header)
 
     def value_schema(self) -> pa.Schema:
         if self.name == "text":
             return pa.schema([(VALUE, pa.string())])
         if self.name == "bytes":
             return pa.schema([(VALUE, pa.binary())])
+        if self.schema is None and self.name == "avro":
+            raise ValidationError("format = 'avro' needs avro.schema, the values' record schema")
         if self.schema is None:
             raise ValueError(f"format = '{self.name}' needs a schema (given or inferred)")
         if self.name == "debezium":
@@ -189,11 +227,20 @@ class ValueFormat:
         """A sink's check that its stream has what the format writes."""
         if self.name in ("json", "debezium"):
             return
+        if self.name == "avro":
+            self._avro_of(schema, where).check_fits(schema)
+            return
         if VALUE not in schema.names:
             raise ValidationError(
                 f"{where}: format = '{self.name}' writes the column `{VALUE}`, which the stream"
                 " lacks"
             )
+
+    def _avro_of(self, stream: pa.Schema, where: str) -> AvroSchema:
+        """A sink's record schema: avro.schema, else derived from the stream's columns."""
+        if self.avro:
+            return AvroSchema.of(self.avro, where)
+        return derived(pa.schema([f for f in stream if f.name not in MESSAGE_COLUMNS]), where)
 
     def row_schema(self) -> pa.Schema:
         """The source's rows: the value's columns, then the message columns."""
@@ -216,6 +263,9 @@ class ValueFormat:
             return pa.record_batch([pa.array(values, pa.binary())], schema=schema), []
         if self.name == "text":
             return _texts(values, schema)
+        if self.name == "avro":
+            batch, bad = AvroSchema.of(self.avro, "format = 'avro'").decode(values, self.header)
+            return batch, [Bad(i, why) for i, why in bad]
         try:
             return _json_batch(values, schema), []
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
@@ -231,9 +281,11 @@ class ValueFormat:
 
     def encode(self, rows: pa.Table | pa.RecordBatch) -> list[bytes | None]:
         """Each row as a message value (a sink): json objects of the columns other than the
-        message columns, or the `value` column's text or bytes."""
+        message columns, Avro datums of them, or the `value` column's text or bytes."""
         if self.name == "debezium":
             return debezium.events(rows, [*MESSAGE_COLUMNS, *debezium.CHANGE_SCHEMA.names])
+        if self.name == "avro":
+            return self._avro_of(rows.schema, "format = 'avro'").encode(rows)
         if self.name != "json":
             if VALUE not in rows.schema.names:
                 raise ValueError(f"format = '{self.name}' writes the column `{VALUE}`, not found")

@@ -158,7 +158,6 @@ class SpooledSource:
             POSITION,
             TIMESTAMP,
             TOPIC,
-            ValueFormat,
             message_bytes,
             message_rows,
         )  # fmt: skip
@@ -166,7 +165,7 @@ class SpooledSource:
         first = partition["start"]
         got = [Spooled(*pickle.loads(r)) for r in self.spool.read(first, partition["end"])]
         yield from message_rows(
-            ValueFormat(self.format.name, self.format.schema),
+            self.format,
             [m.value for m in got],
             where=lambda i: {"topic": got[i].topic, "n": first + i},
             meta=lambda kept: {

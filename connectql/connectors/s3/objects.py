@@ -13,6 +13,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from connectql.errors import ValidationError
+from connectql.toolkit.avro import avro_rows, record_of
 from connectql.toolkit.jsontext import json_value
 
 SINK_FORMATS = ("parquet", "jsonl", "csv", "avro")
@@ -75,43 +76,15 @@ def _write_jsonl(out, table: pa.Table) -> None:
         out.write(text.encode())
 
 
-def _avro_type(t: pa.DataType, column: str):
-    simple = [
-        (pa.types.is_int64, "long"),
-        (pa.types.is_integer, "int"),
-        (pa.types.is_float64, "double"),
-        (pa.types.is_floating, "float"),
-        (pa.types.is_boolean, "boolean"),
-        (pa.types.is_string, "string"),
-        (pa.types.is_large_string, "string"),
-        (pa.types.is_binary, "bytes"),
-        (pa.types.is_date32, {"type": "int", "logicalType": "date"}),
-        (pa.types.is_timestamp, {"type": "long", "logicalType": "timestamp-micros"}),
-    ]
-    for test, avro in simple:
-        if test(t):
-            return avro
-    if pa.types.is_decimal(t):
-        return {
-            "type": "bytes",
-            "logicalType": "decimal",
-            "precision": t.precision,
-            "scale": t.scale,
-        }
-    raise ValidationError(f"s3 sink: column {column} of type {t} cannot be written as avro")
-
-
 def avro_schema(schema: pa.Schema) -> dict:
-    fields = [
-        {"name": f.name, "type": ["null", _avro_type(f.type, f.name)], "default": None}
-        for f in schema
-    ]
-    return fastavro.parse_schema({"type": "record", "name": "row", "fields": fields})
+    """The objects' Avro schema: the toolkit's record of the columns (ValidationError naming a
+    column of a type Avro has none for)."""
+    return fastavro.parse_schema(record_of(schema, "s3 sink"))
 
 
 def _avro_rows(table: pa.Table):
     for batch in table.to_batches(max_chunksize=10_000):
-        yield from batch.to_pylist()
+        yield from avro_rows(batch)
 
 
 class Template:

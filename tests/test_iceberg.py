@@ -14,10 +14,12 @@ import pytest
 import requests
 from pyiceberg.catalog.sql import SqlCatalog
 
-from connectql.connectors.iceberg.sink import IcebergSink, pooled
+from connectql.connectors.iceberg.catalog import pooled
+from connectql.connectors.iceberg.sink import IcebergSink
+from connectql.connectors.iceberg.source import IcebergSource
 from connectql.errors import ConnectQLError
-from connectql.toolkit.testing import SinkRun, options_of
-from tests.helpers import run
+from connectql.toolkit.testing import SinkRun, SourceRun, options_of
+from tests.helpers import read_parquet_rows, run
 from tests.lakes import (
     CHANGE_BATCHES,
     CHANGE_SCHEMA,
@@ -126,6 +128,10 @@ def test_upsert_through_a_rest_catalog_on_s3(spark, s3server, tmp_path):  # noqa
         data={"grant_type": "client_credentials", "client_id": ACCESS_KEY, "client_secret": SECRET_KEY},
     ).json()["access_token"]  # fmt: skip
     by_token = {**options, "catalog.token": token}
+    source = SourceRun(IcebergSource, {k: v for k, v in by_token.items() if k != "key"},
+                       tmp_path / "src")  # fmt: skip
+    source.to_end()  # the source through the same REST catalog and S3
+    assert sorted((r["id"], r["name"]) for r in source.rows()) == CHANGED
     assert IcebergSink(options_of(IcebergSink, by_token)).last_batch("test") == last
     with pytest.raises(ConnectQLError, match="refused the credentials"):
         IcebergSink(options_of(IcebergSink, {**options, "catalog.token": "nope"})).last_batch("t")
@@ -158,9 +164,54 @@ def test_a_sink_of_several_streams_writes_a_table_each(worker, tmp_path):
     worker.wait_for_once()
     for name, n in (("lake.ic_a", 300), ("lake.ic_b", 200)):
         assert sorted(r["id"] for r in rows_of(options, name)) == list(range(1, n + 1)), name
+    run(  # and back out of the lake, through SQL
+        worker,
+        f"CREATE SOURCE CONNECTOR back FROM iceberg INTO ic_back WITH ("
+        f"'catalog.uri' = '{options['catalog.uri']}', warehouse = '{options['warehouse']}',"
+        " table = 'lake.ic_b', run = 'once')",
+    )
+    worker.wait_for_once(["back"])
+    got = read_parquet_rows(worker.home / "streams/ic_back", "SELECT id FROM t ORDER BY id")
+    assert [i for (i,) in got] == list(range(1, 201))
     commit_interval_is_the_trigger(
         worker,
         f"CREATE SINK CONNECTOR later TO iceberg FROM ic_a WITH ("
         f"'catalog.uri' = '{options['catalog.uri']}', warehouse = '{options['warehouse']}',"
         " table = 'lake.later'",
     )
+
+
+def test_a_source_reads_the_table_then_each_append_once(spark, tmp_path):
+    """The iceberg source: the table as it is, then each later append, every row once across
+    stops and a replayed batch; a compaction (an OVERWRITE snapshot) and a delete add no row;
+    starting.position = 'latest' skips the rows there before it starts; batch.max.records
+    cuts between snapshots."""
+    from pyiceberg.expressions import EqualTo
+
+    options = {**lake(tmp_path), "table": "shop.events", "compact.every": 3, "mode": "append"}
+    sink = SinkRun(IcebergSink, options, tmp_path / "sink", pa.schema([("id", pa.int64())]))
+    source = {k: v for k, v in options.items() if k not in ("compact.every", "mode")}
+    latest = SourceRun(IcebergSource, {**source, "starting.position": "latest"}, tmp_path / "l",
+                       max_records=150)  # fmt: skip
+    latest.batches(1)  # starts where the table is: nothing of it
+    run = SourceRun(IcebergSource, source, tmp_path / "src")
+    ids = iter(range(10_000))
+    for _ in range(2):
+        sink.add([{"id": next(ids)} for _ in range(100)])
+        sink.to_end()
+        run.batches(1)
+    for _ in range(2):  # the sink's third batch compacts the table (an OVERWRITE snapshot)
+        sink.add([{"id": next(ids)} for _ in range(100)])
+        sink.to_end()
+    catalog = SqlCatalog("connectql", uri=options["catalog.uri"],
+                         warehouse=f"file://{options['warehouse']}")  # fmt: skip
+    with pooled():
+        catalog.load_table("shop.events").delete(EqualTo("id", 5))
+    run.to_end()
+    run.replay_last_batch()
+    assert Counter(r["id"] for r in run.rows()) == Counter(range(400))  # each row once
+    latest.to_end()
+    assert Counter(r["id"] for r in latest.rows()) == Counter(range(400))  # all appended later
+    assert latest._committed() >= 4  # a batch per append of 100: at most 150 rows a batch
+    with pytest.raises(ConnectQLError, match="there is no table shop.nope"):
+        SourceRun(IcebergSource, {**source, "table": "shop.nope"}, tmp_path / "x").batches(1)

@@ -643,6 +643,29 @@ AUDIT |= {
     "iceberg sink key": _ICE + "test_upsert_applies_each_keys_last_change",
     "iceberg sink streams": _ICE + "test_a_sink_of_several_streams_writes_a_table_each",
     "iceberg sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
+    **{
+        f"iceberg source {o}": _ICE + "test_a_source_reads_the_table_then_each_append_once"
+        for o in (
+            "catalog.uri",
+            "catalog.name",
+            "warehouse",
+            "table",
+            "starting.position",
+            "batch.max.records",
+        )
+    },
+    **{
+        f"iceberg source {o}": _ICE + "test_upsert_through_a_rest_catalog_on_s3"
+        for o in (
+            "endpoint",
+            "region",
+            "access.key",
+            "secret.key",
+            "catalog.type",
+            "catalog.credential",
+            "catalog.token",
+        )
+    },
     "iceberg sink compact.every": _ICE + "test_append_writes_each_row_once_across_a_replay",
     "iceberg sink commit.interval.ms": _ICE + "test_a_sink_of_several_streams_writes_a_table_each",
     **{

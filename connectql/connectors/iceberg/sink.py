@@ -12,79 +12,25 @@ delete is appended, in one transaction (copy-on-write)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
 from connectql.config import Option
+from connectql.connectors.iceberg.catalog import CATALOG_OPTIONS, calls, catalog_of
 from connectql.connectors.lake import (
     COMMIT_OPTIONS,
     MODE_OPTIONS,
-    S3_OPTIONS,
     Layout,
-    Store,
     commit_interval,
     compacts_after,
 )
-from connectql.toolkit import Retryable, Sink, ValidationError
+from connectql.toolkit import Sink, ValidationError
 
 WRITER, BATCH = "connectql.writer", "connectql.batch"  # a snapshot summary's properties
-_POOLED = threading.Lock()
-
-
-@contextlib.contextmanager
-def pooled() -> Iterator[None]:
-    """pyiceberg's work inside, on a thread pool of its own that is shut down after (pyiceberg
-    keeps one pool for the process's life otherwise, whose threads outlive the connector).
-    One at a time in a process: the pool is pyiceberg's global."""
-    from pyiceberg.utils.concurrent import ExecutorFactory
-
-    with _POOLED, ThreadPoolExecutor(ExecutorFactory.max_workers()) as pool:
-        ExecutorFactory._instance, ExecutorFactory._instance_pid = pool, os.getpid()
-        try:
-            yield
-        finally:
-            ExecutorFactory._instance = None
-
 
 SINK_OPTIONS = (
-    Option(
-        "catalog.type",
-        "enum",
-        "sql",
-        choices=("sql", "rest"),
-        doc="sql: a SQL catalog (a table of SQLite or PostgreSQL); rest: an Iceberg REST catalog",
-    ),
-    Option(
-        "catalog.uri",
-        required=True,
-        doc="sql: the catalog's SQLAlchemy URL, e.g. 'sqlite:////data/lake/catalog.db' (one"
-        " machine) or 'postgresql+psycopg://user@host/db' (shared); rest: the catalog's URL,"
-        " e.g. 'http://127.0.0.1:8181'",
-    ),
-    Option(
-        "catalog.name",
-        default="connectql",
-        doc="the catalog's name in the SQL catalog's tables (a reader opens it by this name)",
-    ),
-    Option(
-        "catalog.credential",
-        secret=True,
-        doc="rest: OAuth2 client credentials 'client_id:client_secret', exchanged for a token"
-        " at the catalog (a secret: never shown)",
-    ),
-    Option("catalog.token", secret=True, doc="rest: a bearer token (a secret: never shown)"),
-    Option(
-        "warehouse",
-        doc="where the tables' files go: a directory (a path or file:// URL) or an s3:// URL"
-        " (then endpoint, region and keys reach its server); required for a SQL catalog, for a"
-        " REST catalog the warehouse it names (absent: its default)",
-    ),
+    *CATALOG_OPTIONS,
     Option(
         "table",
         required=True,
@@ -92,7 +38,6 @@ SINK_OPTIONS = (
     ),
     *MODE_OPTIONS,
     *COMMIT_OPTIONS,
-    *S3_OPTIONS,
 )
 
 
@@ -112,29 +57,7 @@ class IcebergSink(Sink):
         return Layout(self.options, self.stream_key)
 
     def _catalog(self):
-        options, kind = self.options, self.options.get("catalog.type") or "sql"
-        warehouse = options.get("warehouse") or ""
-        files = Store(options, warehouse, "iceberg sink").iceberg()
-        name = options.get("catalog.name") or "connectql"
-        if kind == "rest":
-            from pyiceberg.catalog.rest import RestCatalog
-
-            uri = options["catalog.uri"].rstrip("/")
-            given = {
-                "credential": options.get("catalog.credential"),
-                "token": options.get("catalog.token"),
-                "warehouse": warehouse,
-            }
-            if given["credential"]:  # the REST spec's token endpoint, said (else a warning)
-                given["oauth2-server-uri"] = f"{uri}/v1/oauth/tokens"
-            return RestCatalog(name, uri=uri, **{k: v for k, v in given.items() if v}, **files)
-        from pyiceberg.catalog.sql import SqlCatalog
-
-        if not warehouse:
-            raise ValidationError("iceberg sink: a SQL catalog needs warehouse = '...'")
-        if "://" not in warehouse:
-            warehouse = f"file://{warehouse}"
-        return SqlCatalog(name, uri=options["catalog.uri"], warehouse=warehouse, **files)
+        return catalog_of(self.options, "iceberg sink")
 
     def flush_interval_ms(self) -> int | None:
         return commit_interval(self.options, "iceberg sink")
@@ -150,21 +73,8 @@ class IcebergSink(Sink):
         with self._calls():
             self._table(self.layout.written(schema), f"sink connector '{self.connector}'")
 
-    @contextlib.contextmanager
-    def _calls(self) -> Iterator[None]:
-        """pyiceberg's work, pooled, its catalog's refusals and absences as connectql's errors:
-        refused credentials a ValidationError, a catalog that does not answer Retryable."""
-        import requests
-        from pyiceberg import exceptions as ice
-
-        where = f"iceberg sink: the catalog at {self.options['catalog.uri']}"
-        try:
-            with pooled():
-                yield
-        except (ice.UnauthorizedError, ice.ForbiddenError, ice.OAuthError) as e:
-            raise ValidationError(f"{where} refused the credentials: {e}") from None
-        except (requests.ConnectionError, ice.ServiceUnavailableError, ice.ServerError) as e:
-            raise Retryable(f"{where} does not answer: {e}") from None
+    def _calls(self):
+        return calls(self.options, "iceberg sink")
 
     def _table(self, schema: pa.Schema, where: str):
         """The table, created (with its namespace) from `schema` when missing; columns the
@@ -201,12 +111,29 @@ class IcebergSink(Sink):
                 self._compact(writer, batch_id)
 
     def _compact(self, writer: str, batch_id: int) -> None:
-        """The table rewritten in one overwrite (pyiceberg has no rewrite of data files): its
-        rows read whole, written as few large files, the snapshot marked with the batch just
-        committed so that last_batch reads the same after it."""
+        """The table rewritten as one OVERWRITE snapshot (pyiceberg has no rewrite of data
+        files): every data file of the current snapshot replaced by files of its rows read
+        whole, the snapshot marked with the batch just committed so that last_batch reads the
+        same after it; a reader of appends (the iceberg source) skips it. The sink writes no
+        delete files (copy-on-write), so the data files are the whole table."""
+        from pyiceberg.io.pyarrow import _dataframe_to_data_files  # what Transaction.append uses
+
         table = self._catalog().load_table(self.name)
+        tasks = list(table.scan().plan_files())
+        if len(tasks) < 2:
+            return
         rows = table.scan().to_arrow()
-        table.overwrite(rows, snapshot_properties={WRITER: writer, BATCH: str(batch_id)})
+        marks = {WRITER: writer, BATCH: str(batch_id)}
+        with table.transaction() as tx, tx.update_snapshot(marks).overwrite() as rewrite:
+            for task in tasks:
+                rewrite.delete_data_file(task.file)
+            for written in _dataframe_to_data_files(
+                table_metadata=tx.table_metadata,
+                write_uuid=rewrite.commit_uuid,
+                df=rows,
+                io=table.io,
+            ):
+                rewrite.append_data_file(written)
 
     def _write(self, writer: str, batch_id: int, data: pa.Table) -> None:
         marks = {WRITER: writer, BATCH: str(batch_id)}

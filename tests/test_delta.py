@@ -14,8 +14,9 @@ import pytest
 from deltalake import DeltaTable
 
 from connectql.connectors.delta.sink import DeltaSink
+from connectql.connectors.delta.source import DeltaSource
 from connectql.errors import ConnectQLError
-from connectql.toolkit.testing import SinkRun
+from connectql.toolkit.testing import SinkRun, SourceRun
 from tests.helpers import run
 from tests.lakes import (
     CHANGE_BATCHES,
@@ -82,6 +83,9 @@ def test_upsert_into_a_table_on_s3(spark, s3server, bucket, tmp_path):  # noqa: 
     table = DeltaTable(path, storage_options=storage)
     assert sorted((r["id"], r["name"]) for r in table.to_pyarrow_table().to_pylist()) == CHANGED
     assert table.transaction_version("connectql-test") == last
+    source = SourceRun(DeltaSource, {"path": path, **server}, tmp_path / "src")
+    source.to_end()  # the source reads it back from S3
+    assert sorted((r["id"], r["name"]) for r in source.rows()) == CHANGED
     assert (
         s3server.filesystem().get_file_info(f"{bucket}/lake/items/_delta_log").type.name
         == "Directory"
@@ -118,3 +122,34 @@ def test_a_sink_of_several_streams_writes_a_table_each(worker, tmp_path):
     )
     for name, n in (("lk_a", 300), ("lk_b", 200)):
         assert sorted(r["id"] for r in rows_of(lake / name)) == list(range(1, n + 1)), name
+
+
+def test_a_source_reads_the_table_then_each_append_once(spark, tmp_path):
+    """The delta source: the table as it is, then each later append, every row once across
+    stops and a replayed batch; a compaction (OPTIMIZE) and a delete add no row;
+    starting.position = 'latest' skips the rows there before it starts; batch.max.records
+    cuts between versions."""
+    path = str(tmp_path / "lake" / "events")
+    options = {"path": path, "compact.every": 3, "mode": "append"}
+    sink = SinkRun(DeltaSink, options, tmp_path / "sink", pa.schema([("id", pa.int64())]))
+    latest = SourceRun(DeltaSource, {"path": path, "starting.position": "latest"}, tmp_path / "l",
+                       max_records=150)  # fmt: skip
+    latest.batches(1)  # starts where the table is: its empty first version
+    run = SourceRun(DeltaSource, {"path": path}, tmp_path / "src")
+    ids = iter(range(10_000))
+    for _ in range(2):
+        sink.add([{"id": next(ids)} for _ in range(100)])
+        sink.to_end()
+        run.batches(1)
+    for _ in range(2):  # the sink's third batch compacts the table (OPTIMIZE)
+        sink.add([{"id": next(ids)} for _ in range(100)])
+        sink.to_end()
+    DeltaTable(path).delete("id = 5")
+    run.to_end()
+    run.replay_last_batch()
+    assert Counter(r["id"] for r in run.rows()) == Counter(range(400))  # each row once
+    latest.to_end()
+    assert Counter(r["id"] for r in latest.rows()) == Counter(range(400))  # all appended later
+    assert latest._committed() >= 4  # a batch per append of 100: at most 150 rows a batch
+    with pytest.raises(ConnectQLError, match="there is no Delta table at"):
+        SourceRun(DeltaSource, {"path": str(tmp_path / "nope")}, tmp_path / "x").batches(1)

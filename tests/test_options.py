@@ -626,6 +626,14 @@ AUDIT |= {
     "delta sink mode": _DELTA + "test_postgres_cdc_into_a_delta_table",
     "delta sink streams": _DELTA + "test_a_sink_of_several_streams_writes_a_table_each",
     "delta sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
+    **{
+        f"delta source {o}": _DELTA + "test_a_source_reads_the_table_then_each_append_once"
+        for o in ("path", "starting.position", "batch.max.records")
+    },
+    **{
+        f"delta source {o}": _DELTA + "test_upsert_into_a_table_on_s3"
+        for o in ("endpoint", "region", "access.key", "secret.key")
+    },
     "delta sink compact.every": _DELTA + "test_append_writes_each_row_once_across_a_replay",
     "delta sink commit.interval.ms": _DELTA + "test_a_sink_of_several_streams_writes_a_table_each",
     **{

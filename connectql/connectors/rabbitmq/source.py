@@ -180,8 +180,7 @@ class RabbitSource(SpooledSource, Source):
                 KEY: [keys[i] for i in kept],
                 HEADERS: [_pairs(props[i].headers) for i in kept],
                 POSITION: [str(offsets[i]) for i in kept],
-                TIMESTAMP: [props[i].timestamp * 1_000_000 if props[i].timestamp else None
-                            for i in kept],  # fmt: skip
+                TIMESTAMP: [_micros(props[i].timestamp) for i in kept],
             },
             keys=[k.encode() if k else None for k in keys],
             positions=[f"{o:020d}" for o in offsets],
@@ -252,6 +251,12 @@ class RabbitSource(SpooledSource, Source):
 def _at(offset: int) -> dict:
     """A stream queue's offset: the next stream offset to read (`n`: the lag counts by it)."""
     return {"n": offset, "stream": True}
+
+
+def _micros(timestamp: int | None) -> int | None:
+    """The timestamp property (seconds) in microseconds; None: the message has none (a stream
+    message's arrival time would differ between replays)."""
+    return timestamp * 1_000_000 if timestamp else None
 
 
 def _pairs(given: dict | None) -> list[tuple[str, str]] | None:

@@ -24,45 +24,46 @@ WAIT_S = 30.0  # the longest a read waits for a delivery it knows exists
 # one says nothing of the type, so it is declared again with the queue's own value
 SHARED = ("x-max-length-bytes", "x-queue-leader-locator", "x-initial-cluster-size")
 STREAM_ONLY = ("x-max-age", "x-stream-max-segment-size-bytes")
+TELLING = ("x-queue-type", *STREAM_ONLY)  # an argument whose difference says the type
 _INEQUIVALENT = re.compile(
-    r"inequivalent arg '([^']+)'.*current is (?:none|the value '([^']*)' of type '(\w+)')"
+    r"inequivalent arg '([^']+)'(?:.*current is the value '([^']*)' of type '(\w+)')?"
 )
 
 
 def is_stream(options: dict[str, Any]) -> bool:
     """Whether `queue` is a stream queue: declared again as one, the broker either agrees or
-    names the argument that differs (x-queue-type: it is not; one only streams take: it is)."""
+    names the argument that differs (x-queue-type: it is not; one only streams take: it is;
+    one only classic or quorum queues take: it is not; one both take: declared again with the
+    queue's own value)."""
     import pika.exceptions as px
 
-    queue, arguments = options["queue"], {"x-queue-type": "stream"}
+    arguments: dict[str, Any] = {"x-queue-type": "stream"}
     conn = connect(options, "rabbitmq source")
     try:
-        for _ in range(len(SHARED) + 1):
+        while True:
             try:
-                conn.channel().queue_declare(queue, durable=True, arguments=arguments)
+                conn.channel().queue_declare(options["queue"], durable=True, arguments=arguments)
                 return True
             except px.ChannelClosedByBroker as e:
-                found = _INEQUIVALENT.search(e.reply_text or "")
-                if e.reply_code != 406 or not found or found[1] not in (*SHARED, "x-queue-type",
-                                                                        *STREAM_ONLY):  # fmt: skip
-                    return _refused(options, e, found)
-                if found[1] in ("x-queue-type", *STREAM_ONLY):
-                    return found[1] != "x-queue-type"
-                arguments[found[1]] = int(found[2]) if found[3] != "longstr" else found[2]
-        return False
+                found = _INEQUIVALENT.search(e.reply_text or "") if e.reply_code == 406 else None
+                name, value, kind = found.groups() if found else (None, None, None)
+                if name in TELLING:
+                    return name != "x-queue-type"
+                if name in SHARED and value is not None and name not in arguments:
+                    arguments[name] = value if kind == "longstr" else int(value)
+                elif name is not None and name not in SHARED:
+                    return False
+                else:
+                    raise _cannot_tell(options, e.reply_text) from None
     finally:
         if conn.is_open:
             conn.close()
 
 
-def _refused(options: dict[str, Any], e, found) -> bool:
-    """A declare refused for another reason: an argument only classic or quorum queues take
-    says it is one; anything else (no configure permission) is for the user to tell."""
-    if found:
-        return False
-    raise ValidationError(
+def _cannot_tell(options: dict[str, Any], why: str) -> ValidationError:
+    return ValidationError(
         f"rabbitmq source: cannot tell whether queue '{options['queue']}' on {where(options)} is"
-        f" a stream queue ({e.reply_text}): give queue.type = 'stream' or 'classic'"
+        f" a stream queue ({why}): give queue.type = 'stream' or 'classic'"
     )
 
 

@@ -1,14 +1,18 @@
 """The rabbitmq connector against the machine's RabbitMQ (127.0.0.1:5672, guest/guest): the
 source spools each message of a queue before acknowledging it (a stop loses nothing, a replayed
-batch reads the spool again, the queue is empty afterwards); the sink publishes persistent
-messages with confirms and message ids; SQL through a worker with dead letters; and a `connectql
-run` worker killed with SIGKILL while it consumes: every message at least once."""
+batch reads the spool again, the queue is empty afterwards); a stream queue is read by offset
+(each message once across stops, a replay and a kill -9, from where stream.offset says); the
+sink publishes persistent messages with confirms and message ids; SQL through a worker with dead
+letters; and `connectql run` workers killed with SIGKILL while they consume: every message at
+least once from a classic queue, exactly once from a stream queue."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
+from datetime import datetime, timezone
 
 import pika
 import pyarrow as pa
@@ -36,8 +40,8 @@ def queues():
     prefix, made = f"cq-{uuid.uuid4().hex[:8]}", []
     ch = channel()
 
-    def declare(name: str) -> str:
-        ch.queue_declare(f"{prefix}-{name}", durable=True)
+    def declare(name: str, **arguments) -> str:
+        ch.queue_declare(f"{prefix}-{name}", durable=True, arguments=arguments or None)
         made.append(f"{prefix}-{name}")
         return f"{prefix}-{name}"
 
@@ -47,8 +51,10 @@ def queues():
     ch.connection.close()
 
 
-def publish(queue: str, ids, **headers) -> None:
+def publish(queue: str, ids, confirm: bool = False, **headers) -> None:
     ch = channel()
+    if confirm:  # each in the queue once basic_publish returns
+        ch.confirm_delivery()
     for i in ids:
         body = json.dumps({"id": i, "name": f"n{i}"})
         props = pika.BasicProperties(delivery_mode=2, headers=headers or None)
@@ -171,3 +177,68 @@ def test_a_killed_worker_loses_no_message(tmp_path, queues):
     duplicated = kill_and_count(home, script, logs, ids, KILL_TOTAL, 2000)
     assert duplicated <= 10_000  # at most what was delivered and not yet spooled (prefetch)
     assert depth(q) == 0
+
+
+def test_a_stream_queue_is_read_by_offset_once_across_stops_and_a_replay(spark, queues, tmp_path):
+    # declared with an argument classic queues take too: queue.type = 'auto' still tells
+    q = queues("stream", **{"x-queue-type": "stream", "x-max-length-bytes": 100_000_000})
+    publish(q, range(2000), origin="test")
+    run = SourceRun(RabbitSource, {"queue": q, "schema": "id BIGINT, name STRING"}, tmp_path, 700)
+    run.batches(2)
+    assert 0 < len(run.rows()) <= 1400  # batch.max.records cuts the offsets
+    wait_until(lambda: run.to_end() or len(run.rows()) >= 2000, 60, what="every message")
+    run.replay_last_batch()
+    publish(q, range(2000, 2500))
+    wait_until(lambda: run.to_end() or len(run.rows()) >= 2500, 60, what="the later ones")
+    rows = run.rows()
+    assert Counter(r["id"] for r in rows) == Counter(range(2500))  # once each, the replay too
+    assert sorted(int(r["__position"]) for r in rows) == list(range(2500))  # the stream offsets
+    first = min(rows, key=lambda r: r["id"])
+    assert dict(first["__headers"]) == {"origin": "test"}  # x-stream-offset is __position
+    assert {r["__topic"] for r in rows} == {q}
+
+
+def test_a_stream_queue_starts_where_stream_offset_says(spark, queues, tmp_path):
+    q = queues("from", **{"x-queue-type": "stream"})
+    publish(q, range(100), confirm=True)
+    time.sleep(1.5)  # the next messages go to chunks written after `since`
+    since = datetime.now(timezone.utc).isoformat()
+    publish(q, range(100, 150), confirm=True)
+
+    def read(start: str, name: str) -> list[int]:
+        options = {"queue": q, "queue.type": "stream", "stream.offset": start, "format": "json",
+                   "schema": "id BIGINT"}  # fmt: skip
+        run = SourceRun(RabbitSource, options, tmp_path / name)
+        run.to_end()
+        if start == "next":  # only what is published after the connector began
+            publish(q, range(150, 160), confirm=True)
+            run.to_end()
+        return sorted(r["id"] for r in run.rows())
+
+    assert read("60", "offset") == list(range(60, 150))
+    assert read(since, "timestamp") == list(range(100, 150))
+    assert read("next", "next") == list(range(150, 160))
+    with pytest.raises(ConnectQLError, match="stream.offset = 'soon' is not first"):
+        RabbitSource({"queue": q, "stream.offset": "soon", "format": "text"})
+
+
+STREAM_TOTAL = 10_000
+STREAM_SCRIPT = """
+CREATE SOURCE CONNECTOR IF NOT EXISTS sin FROM rabbitmq INTO msgs WITH (url = '{url}',
+  queue = '{queue}', schema = 'id BIGINT, name STRING', 'batch.max.records' = 500);
+"""
+
+
+def test_a_killed_worker_reads_a_stream_queue_exactly_once(tmp_path, queues):
+    q = queues("stream-kill", **{"x-queue-type": "stream"})
+    publish(q, range(STREAM_TOTAL))
+    home, logs = tmp_path / "home", tmp_path / "logs"
+    logs.mkdir()
+    script = tmp_path / "in.sql"
+    script.write_text(STREAM_SCRIPT.format(url=URL, queue=q))
+    stream = home / "streams/msgs"
+
+    def ids() -> list[int]:
+        return [r[0] for r in read_parquet_rows(stream, "SELECT id FROM t") or []]
+
+    assert kill_and_count(home, script, logs, ids, STREAM_TOTAL, 2000) == 0

@@ -605,7 +605,8 @@ AUDIT |= {
     "rabbitmq source user": _RABBIT_SQL,
     "rabbitmq source password": _RABBIT_SQL,
     "rabbitmq source queue": _RABBIT_SPOOL,
-    "rabbitmq source prefetch": _RABBIT + "test_a_killed_worker_loses_no_message",
+    "rabbitmq source prefetch": _RABBIT
+    + "test_a_killed_worker_loses_no_message_and_repeats_none_of_a_stream",
     "rabbitmq source format": _RABBIT_SQL,
     "rabbitmq source schema": _RABBIT_SPOOL,
     "rabbitmq source batch.max.records": _RABBIT_SPOOL,

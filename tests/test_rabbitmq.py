@@ -155,27 +155,42 @@ def test_rabbitmq_to_rabbitmq_through_sql_with_dead_letters(worker, queues):
 
 
 KILL_TOTAL = 30_000
+STREAM_TOTAL = 12_000  # ids after KILL_TOTAL, in a stream queue
 KILL_SCRIPT = """
 CREATE SOURCE CONNECTOR IF NOT EXISTS qin FROM rabbitmq INTO msgs WITH (url = '{url}',
   queue = '{queue}', schema = 'id BIGINT, name STRING', prefetch = 500,
   'batch.max.records' = 1000);
+CREATE SOURCE CONNECTOR IF NOT EXISTS sin FROM rabbitmq INTO smsgs WITH (url = '{url}',
+  queue = '{stream}', schema = 'id BIGINT, name STRING', 'batch.max.records' = 500);
 """
 
 
-def test_a_killed_worker_loses_no_message(tmp_path, queues):
-    q = queues("kill")
+def test_a_killed_worker_loses_no_message_and_repeats_none_of_a_stream(tmp_path, queues):
+    """One worker (two start-ups are most of the wall time) reads a classic queue and a stream
+    queue: killed with SIGKILL, the next finds every message, the stream's each once."""
+    q, sq = queues("kill"), queues("stream-kill", **{"x-queue-type": "stream"})
     publish(q, range(KILL_TOTAL))
+    publish(sq, range(KILL_TOTAL, KILL_TOTAL + STREAM_TOTAL))
     home, logs = tmp_path / "home", tmp_path / "logs"
     logs.mkdir()
     script = tmp_path / "in.sql"
-    script.write_text(KILL_SCRIPT.format(url=URL, queue=q))
-    stream = home / "streams/msgs"
+    script.write_text(KILL_SCRIPT.format(url=URL, queue=q, stream=sq))
 
-    def ids() -> list[int]:
-        return [r[0] for r in read_parquet_rows(stream, "SELECT id FROM t") or []]
+    def ids(stream: str = "") -> list[int]:
+        if not stream:
+            return ids("msgs") + ids("smsgs")
+        return [
+            r[0] for r in read_parquet_rows(home / "streams" / stream, "SELECT id FROM t") or []
+        ]
 
-    duplicated = kill_and_count(home, script, logs, ids, KILL_TOTAL, 2000)
-    assert duplicated <= 10_000  # at most what was delivered and not yet spooled (prefetch)
+    at_kill = []
+    total = KILL_TOTAL + STREAM_TOTAL
+    duplicated = kill_and_count(
+        home, script, logs, ids, total, 4000, on_restart=lambda: at_kill.append(len(ids("smsgs")))
+    )
+    assert 0 < at_kill[0] < STREAM_TOTAL  # the stream was read half way when the worker died
+    assert Counter(ids("smsgs")) == Counter(range(KILL_TOTAL, total))  # each once
+    assert duplicated <= 10_000  # the queue's: at most what was delivered and not yet spooled
     assert depth(q) == 0
 
 
@@ -220,25 +235,3 @@ def test_a_stream_queue_starts_where_stream_offset_says(spark, queues, tmp_path)
     assert read("next", "next") == list(range(150, 160))
     with pytest.raises(ConnectQLError, match="stream.offset = 'soon' is not first"):
         RabbitSource({"queue": q, "stream.offset": "soon", "format": "text"})
-
-
-STREAM_TOTAL = 10_000
-STREAM_SCRIPT = """
-CREATE SOURCE CONNECTOR IF NOT EXISTS sin FROM rabbitmq INTO msgs WITH (url = '{url}',
-  queue = '{queue}', schema = 'id BIGINT, name STRING', 'batch.max.records' = 500);
-"""
-
-
-def test_a_killed_worker_reads_a_stream_queue_exactly_once(tmp_path, queues):
-    q = queues("stream-kill", **{"x-queue-type": "stream"})
-    publish(q, range(STREAM_TOTAL))
-    home, logs = tmp_path / "home", tmp_path / "logs"
-    logs.mkdir()
-    script = tmp_path / "in.sql"
-    script.write_text(STREAM_SCRIPT.format(url=URL, queue=q))
-    stream = home / "streams/msgs"
-
-    def ids() -> list[int]:
-        return [r[0] for r in read_parquet_rows(stream, "SELECT id FROM t") or []]
-
-    assert kill_and_count(home, script, logs, ids, STREAM_TOTAL, 2000) == 0

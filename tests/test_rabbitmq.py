@@ -126,7 +126,7 @@ def test_rabbitmq_to_rabbitmq_through_sql_with_dead_letters(worker, queues):
         worker,
         f"""
         CREATE SOURCE CONNECTOR qin FROM rabbitmq INTO msgs WITH (url = '{URL}', queue = '{src}',
-          schema = 'id BIGINT, name STRING', prefetch = 100,
+          schema = 'id BIGINT, name STRING', prefetch = 100, 'queue.type' = 'classic',
           'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'msgs_dead');
         CREATE SINK CONNECTOR qout TO rabbitmq FROM msgs WITH (
           url = 'amqp://127.0.0.1:5672/%2F', user = 'guest', password = 'guest',

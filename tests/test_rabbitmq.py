@@ -3,12 +3,15 @@ source spools each message of a queue before acknowledging it (a stop loses noth
 batch reads the spool again, the queue is empty afterwards); a stream queue is read by offset
 (each message once across stops, a replay and a kill -9, from where stream.offset says); the
 sink publishes persistent messages with confirms and message ids; SQL through a worker with dead
-letters; and `connectql run` workers killed with SIGKILL while they consume: every message at
-least once from a classic queue, exactly once from a stream queue."""
+letters; a `connectql run` worker killed with SIGKILL while it consumes: every message at least
+once from a classic queue, exactly once from a stream queue; and a broker cut off from a stream
+queue's source: RESTARTING naming it, then resumed by itself."""
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 import uuid
 from collections import Counter
@@ -235,3 +238,94 @@ def test_a_stream_queue_starts_where_stream_offset_says(spark, queues, tmp_path)
     assert read("next", "next") == list(range(150, 160))
     with pytest.raises(ConnectQLError, match="stream.offset = 'soon' is not first"):
         RabbitSource({"queue": q, "stream.offset": "soon", "format": "text"})
+
+
+class Relay:
+    """The broker as a connector reaches it through a port of this test's own: cut() closes the
+    port and every connection through it (a broker gone, as the connector sees it: the
+    machine's broker is shared, so it is not stopped), mend() opens the port again."""
+
+    def __init__(self, to: tuple[str, int] = ("127.0.0.1", 5672)):
+        self.to, self.port = to, 0
+        self.sockets: list[socket.socket] = []
+        self.threads: list[threading.Thread] = []
+        self.mend()
+
+    def mend(self) -> None:
+        listener = socket.create_server(("127.0.0.1", self.port))
+        self.port = listener.getsockname()[1]
+        self.sockets.append(listener)
+        self._start(self._accept, listener)
+
+    def cut(self) -> None:
+        for s in self.sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        for t in self.threads:
+            t.join(timeout=10)
+        self.sockets, self.threads = [], []
+
+    def _start(self, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+                upstream = socket.create_connection(self.to)
+            except OSError:
+                return
+            self.sockets += [client, upstream]
+            self._start(_pump, client, upstream)
+            self._start(_pump, upstream, client)
+
+
+def stream_ids(home, stream: str) -> list[int]:
+    return [i for (i,) in read_parquet_rows(home / "streams" / stream, "SELECT id FROM t") or []]
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+    except OSError:
+        pass
+    for s in (source, target):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def test_a_stream_queue_source_shows_an_outage_and_resumes_by_itself(worker, queues):
+    """The broker goes away (its relay cut): the connector shows RESTARTING naming it; back,
+    the connector resumes by itself from its offset, each message once."""
+    q, relay = queues("outage", **{"x-queue-type": "stream"}), Relay()
+    publish(q, range(300))
+    try:
+        run(
+            worker,
+            f"""CREATE SOURCE CONNECTOR sgone FROM rabbitmq INTO gone WITH (
+              url = 'amqp://guest:guest@127.0.0.1:{relay.port}/%2F', queue = '{q}',
+              schema = 'id BIGINT, name STRING', 'errors.retry.backoff.ms' = 300,
+              'errors.retry.max' = 50)""",
+        )
+        ids = lambda: stream_ids(worker.home, "gone")  # noqa: E731
+        connector = lambda: worker.catalog.get_connector("sgone")  # noqa: E731
+        wait_until(lambda: len(ids()) >= 300, 120, what="the first messages", diagnose=connector)
+        relay.cut()
+        publish(q, range(300, 500))
+        wait_until(lambda: connector().state == "RESTARTING", 60, what="sgone RESTARTING")
+        assert f"127.0.0.1:{relay.port}" in connector().last_error, connector().last_error
+        relay.mend()
+        wait_until(lambda: len(ids()) >= 500, 120, what="every message", diagnose=connector)
+        assert Counter(ids()) == Counter(range(500))
+        wait_until(lambda: connector().state == "RUNNING", 60, what="sgone RUNNING by itself")
+    finally:
+        run(worker, "DROP CONNECTOR IF EXISTS sgone")
+        relay.cut()

@@ -35,6 +35,7 @@ from connectql.toolkit.messages import (
 from connectql.toolkit.spool import Spooled, SpooledSource
 
 GROUP = 10_000  # messages spooled (and acknowledged) together at most
+IDLE_S = 0.5  # a stream queue found with nothing new is looked at again this much later
 SETTLE_S = 30.0  # the longest a query's first look waits for the queue's backlog to be spooled
 SOURCE_OPTIONS = (
     *CONNECTION,
@@ -85,6 +86,7 @@ class RabbitSource(SpooledSource, Source):
             options.get("queue.type") or "auto"
         )
         self._initial: dict | None = None
+        self._idle_until = 0.0
         self._consumer: threading.Thread | None = None
         self._stop, self._idle = threading.Event(), threading.Event()
         self._failed: list[Exception] = []
@@ -141,8 +143,18 @@ class RabbitSource(SpooledSource, Source):
                 " CONNECTOR ... OFFSETS (paused) to read it from its start"
             )
         if self.is_stream():
-            return _at(max(stream.next_offset(self.options), start["n"]))
+            return self._stream_latest(start)
         return self._spooled_latest(start)
+
+    def _stream_latest(self, start: dict) -> dict:
+        """The stream's next offset; an idle stream is asked again IDLE_S later at the soonest
+        (each look is a connection and a wait for deliveries)."""
+        if time.monotonic() < self._idle_until:
+            return start
+        latest = _at(max(stream.next_offset(self.options), start["n"]))
+        if latest == start:
+            self._idle_until = time.monotonic() + IDLE_S
+        return latest
 
     def end_offset(self, start: dict, latest: dict, max_records: int) -> dict:
         end = super().end_offset(start, latest, max_records)

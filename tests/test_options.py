@@ -600,12 +600,17 @@ _RABBIT = "test_rabbitmq.py::"
 _RABBIT_SQL = _RABBIT + "test_rabbitmq_to_rabbitmq_through_sql_with_dead_letters"
 _RABBIT_SPOOL = _RABBIT + "test_a_source_spools_each_message_once_across_stops_and_a_replay"
 _RABBIT_SINK = _RABBIT + "test_a_sink_publishes_persistent_messages_with_ids"
+_RABBIT_STREAM = _RABBIT + "test_a_stream_queue_is_read_by_offset_once_across_stops_and_a_replay"
 AUDIT |= {
     "rabbitmq source url": _RABBIT_SQL,
     "rabbitmq source user": _RABBIT_SQL,
     "rabbitmq source password": _RABBIT_SQL,
     "rabbitmq source queue": _RABBIT_SPOOL,
-    "rabbitmq source prefetch": _RABBIT + "test_a_killed_worker_loses_no_message",
+    "rabbitmq source queue.type": _RABBIT_STREAM,
+    "rabbitmq source stream.offset": _RABBIT
+    + "test_a_stream_queue_starts_where_stream_offset_says",
+    "rabbitmq source prefetch": _RABBIT
+    + "test_a_killed_worker_loses_no_message_and_repeats_none_of_a_stream",
     "rabbitmq source format": _RABBIT_SQL,
     "rabbitmq source schema": _RABBIT_SPOOL,
     "rabbitmq source batch.max.records": _RABBIT_SPOOL,

@@ -1,14 +1,21 @@
 """The rabbitmq connector against the machine's RabbitMQ (127.0.0.1:5672, guest/guest): the
 source spools each message of a queue before acknowledging it (a stop loses nothing, a replayed
-batch reads the spool again, the queue is empty afterwards); the sink publishes persistent
-messages with confirms and message ids; SQL through a worker with dead letters; and a `connectql
-run` worker killed with SIGKILL while it consumes: every message at least once."""
+batch reads the spool again, the queue is empty afterwards); a stream queue is read by offset
+(each message once across stops, a replay and a kill -9, from where stream.offset says); the
+sink publishes persistent messages with confirms and message ids; SQL through a worker with dead
+letters; a `connectql run` worker killed with SIGKILL while it consumes: every message at least
+once from a classic queue, exactly once from a stream queue; and a broker cut off from a stream
+queue's source: RESTARTING naming it, then resumed by itself."""
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 import uuid
 from collections import Counter
+from datetime import datetime, timezone
 
 import pika
 import pyarrow as pa
@@ -36,8 +43,8 @@ def queues():
     prefix, made = f"cq-{uuid.uuid4().hex[:8]}", []
     ch = channel()
 
-    def declare(name: str) -> str:
-        ch.queue_declare(f"{prefix}-{name}", durable=True)
+    def declare(name: str, **arguments) -> str:
+        ch.queue_declare(f"{prefix}-{name}", durable=True, arguments=arguments or None)
         made.append(f"{prefix}-{name}")
         return f"{prefix}-{name}"
 
@@ -47,8 +54,10 @@ def queues():
     ch.connection.close()
 
 
-def publish(queue: str, ids, **headers) -> None:
+def publish(queue: str, ids, confirm: bool = False, **headers) -> None:
     ch = channel()
+    if confirm:  # each in the queue once basic_publish returns
+        ch.confirm_delivery()
     for i in ids:
         body = json.dumps({"id": i, "name": f"n{i}"})
         props = pika.BasicProperties(delivery_mode=2, headers=headers or None)
@@ -120,7 +129,7 @@ def test_rabbitmq_to_rabbitmq_through_sql_with_dead_letters(worker, queues):
         worker,
         f"""
         CREATE SOURCE CONNECTOR qin FROM rabbitmq INTO msgs WITH (url = '{URL}', queue = '{src}',
-          schema = 'id BIGINT, name STRING', prefetch = 100,
+          schema = 'id BIGINT, name STRING', prefetch = 100, 'queue.type' = 'classic',
           'errors.tolerance' = 'all', 'errors.deadletter.stream' = 'msgs_dead');
         CREATE SINK CONNECTOR qout TO rabbitmq FROM msgs WITH (
           url = 'amqp://127.0.0.1:5672/%2F', user = 'guest', password = 'guest',
@@ -149,25 +158,174 @@ def test_rabbitmq_to_rabbitmq_through_sql_with_dead_letters(worker, queues):
 
 
 KILL_TOTAL = 30_000
+STREAM_TOTAL = 12_000  # ids after KILL_TOTAL, in a stream queue
 KILL_SCRIPT = """
 CREATE SOURCE CONNECTOR IF NOT EXISTS qin FROM rabbitmq INTO msgs WITH (url = '{url}',
   queue = '{queue}', schema = 'id BIGINT, name STRING', prefetch = 500,
   'batch.max.records' = 1000);
+CREATE SOURCE CONNECTOR IF NOT EXISTS sin FROM rabbitmq INTO smsgs WITH (url = '{url}',
+  queue = '{stream}', schema = 'id BIGINT, name STRING', 'batch.max.records' = 500);
 """
 
 
-def test_a_killed_worker_loses_no_message(tmp_path, queues):
-    q = queues("kill")
+def test_a_killed_worker_loses_no_message_and_repeats_none_of_a_stream(tmp_path, queues):
+    """One worker (two start-ups are most of the wall time) reads a classic queue and a stream
+    queue: killed with SIGKILL, the next finds every message, the stream's each once."""
+    q, sq = queues("kill"), queues("stream-kill", **{"x-queue-type": "stream"})
     publish(q, range(KILL_TOTAL))
+    publish(sq, range(KILL_TOTAL, KILL_TOTAL + STREAM_TOTAL))
     home, logs = tmp_path / "home", tmp_path / "logs"
     logs.mkdir()
     script = tmp_path / "in.sql"
-    script.write_text(KILL_SCRIPT.format(url=URL, queue=q))
-    stream = home / "streams/msgs"
+    script.write_text(KILL_SCRIPT.format(url=URL, queue=q, stream=sq))
 
-    def ids() -> list[int]:
-        return [r[0] for r in read_parquet_rows(stream, "SELECT id FROM t") or []]
+    def ids(stream: str = "") -> list[int]:
+        if not stream:
+            return ids("msgs") + ids("smsgs")
+        return [
+            r[0] for r in read_parquet_rows(home / "streams" / stream, "SELECT id FROM t") or []
+        ]
 
-    duplicated = kill_and_count(home, script, logs, ids, KILL_TOTAL, 2000)
-    assert duplicated <= 10_000  # at most what was delivered and not yet spooled (prefetch)
+    at_kill = []
+    total = KILL_TOTAL + STREAM_TOTAL
+    duplicated = kill_and_count(
+        home, script, logs, ids, total, 4000, on_restart=lambda: at_kill.append(len(ids("smsgs")))
+    )
+    assert 0 < at_kill[0] < STREAM_TOTAL  # the stream was read half way when the worker died
+    assert Counter(ids("smsgs")) == Counter(range(KILL_TOTAL, total))  # each once
+    assert duplicated <= 10_000  # the queue's: at most what was delivered and not yet spooled
     assert depth(q) == 0
+
+
+def test_a_stream_queue_is_read_by_offset_once_across_stops_and_a_replay(spark, queues, tmp_path):
+    # declared with an argument classic queues take too: queue.type = 'auto' still tells
+    q = queues("stream", **{"x-queue-type": "stream", "x-max-length-bytes": 100_000_000})
+    publish(q, range(2000), origin="test")
+    run = SourceRun(RabbitSource, {"queue": q, "schema": "id BIGINT, name STRING"}, tmp_path, 700)
+    run.batches(2)
+    assert 0 < len(run.rows()) <= 1400  # batch.max.records cuts the offsets
+    wait_until(lambda: run.to_end() or len(run.rows()) >= 2000, 60, what="every message")
+    run.replay_last_batch()
+    publish(q, range(2000, 2500))
+    wait_until(lambda: run.to_end() or len(run.rows()) >= 2500, 60, what="the later ones")
+    rows = run.rows()
+    assert Counter(r["id"] for r in rows) == Counter(range(2500))  # once each, the replay too
+    assert sorted(int(r["__position"]) for r in rows) == list(range(2500))  # the stream offsets
+    first = min(rows, key=lambda r: r["id"])
+    assert dict(first["__headers"]) == {"origin": "test"}  # x-stream-offset is __position
+    assert {r["__topic"] for r in rows} == {q}
+
+
+def test_a_stream_queue_starts_where_stream_offset_says(spark, queues, tmp_path):
+    q = queues("from", **{"x-queue-type": "stream"})
+    publish(q, range(100), confirm=True)
+    time.sleep(1.5)  # the next messages go to chunks written after `since`
+    since = datetime.now(timezone.utc).isoformat()
+    publish(q, range(100, 150), confirm=True)
+
+    def read(start: str, name: str) -> list[int]:
+        options = {"queue": q, "queue.type": "stream", "stream.offset": start, "format": "json",
+                   "schema": "id BIGINT"}  # fmt: skip
+        run = SourceRun(RabbitSource, options, tmp_path / name)
+        run.to_end()
+        if start == "next":  # only what is published after the connector began
+            publish(q, range(150, 160), confirm=True)
+            run.to_end()
+        return sorted(r["id"] for r in run.rows())
+
+    assert read("60", "offset") == list(range(60, 150))
+    assert read(since, "timestamp") == list(range(100, 150))
+    assert read("next", "next") == list(range(150, 160))
+    with pytest.raises(ConnectQLError, match="stream.offset = 'soon' is not first"):
+        RabbitSource({"queue": q, "stream.offset": "soon", "format": "text"})
+
+
+class Relay:
+    """The broker as a connector reaches it through a port of this test's own: cut() closes the
+    port and every connection through it (a broker gone, as the connector sees it: the
+    machine's broker is shared, so it is not stopped), mend() opens the port again."""
+
+    def __init__(self, to: tuple[str, int] = ("127.0.0.1", 5672)):
+        self.to, self.port = to, 0
+        self.sockets: list[socket.socket] = []
+        self.threads: list[threading.Thread] = []
+        self.mend()
+
+    def mend(self) -> None:
+        listener = socket.create_server(("127.0.0.1", self.port))
+        self.port = listener.getsockname()[1]
+        self.sockets.append(listener)
+        self._start(self._accept, listener)
+
+    def cut(self) -> None:
+        for s in self.sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        for t in self.threads:
+            t.join(timeout=10)
+        self.sockets, self.threads = [], []
+
+    def _start(self, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+                upstream = socket.create_connection(self.to)
+            except OSError:
+                return
+            self.sockets += [client, upstream]
+            self._start(_pump, client, upstream)
+            self._start(_pump, upstream, client)
+
+
+def stream_ids(home, stream: str) -> list[int]:
+    return [i for (i,) in read_parquet_rows(home / "streams" / stream, "SELECT id FROM t") or []]
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+    except OSError:
+        pass
+    for s in (source, target):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def test_a_stream_queue_source_shows_an_outage_and_resumes_by_itself(worker, queues):
+    """The broker goes away (its relay cut): the connector shows RESTARTING naming it; back,
+    the connector resumes by itself from its offset, each message once."""
+    q, relay = queues("outage", **{"x-queue-type": "stream"}), Relay()
+    publish(q, range(300))
+    try:
+        run(
+            worker,
+            f"""CREATE SOURCE CONNECTOR sgone FROM rabbitmq INTO gone WITH (
+              url = 'amqp://guest:guest@127.0.0.1:{relay.port}/%2F', queue = '{q}',
+              schema = 'id BIGINT, name STRING', 'errors.retry.backoff.ms' = 300,
+              'errors.retry.max' = 50)""",
+        )
+        ids = lambda: stream_ids(worker.home, "gone")  # noqa: E731
+        connector = lambda: worker.catalog.get_connector("sgone")  # noqa: E731
+        wait_until(lambda: len(ids()) >= 300, 120, what="the first messages", diagnose=connector)
+        relay.cut()
+        publish(q, range(300, 500))
+        wait_until(lambda: connector().state == "RESTARTING", 60, what="sgone RESTARTING")
+        assert f"127.0.0.1:{relay.port}" in connector().last_error, connector().last_error
+        relay.mend()
+        wait_until(lambda: len(ids()) >= 500, 120, what="every message", diagnose=connector)
+        assert Counter(ids()) == Counter(range(500))
+        wait_until(lambda: connector().state == "RUNNING", 60, what="sgone RUNNING by itself")
+    finally:
+        run(worker, "DROP CONNECTOR IF EXISTS sgone")
+        relay.cut()

@@ -1,36 +1,67 @@
-"""The rabbitmq source: a classic or quorum queue cannot replay what it has delivered, so a
+"""The rabbitmq source. A classic or quorum queue cannot replay what it has delivered, so a
 thread of the driver consumes it with manual acknowledgements, appends what arrives to the
 toolkit's spool under the checkpoint (durably) and only then acknowledges it. The offsets are
 spool positions, so a replayed batch reads the same messages from the spool. A kill -9 loses
 nothing acknowledged; a message delivered but not yet spooled goes back to the queue when the
-connection drops and is delivered again: at-least-once."""
+connection drops and is delivered again: at-least-once.
+
+A stream queue keeps its messages, so it is read by offset as the nats and redis sources read
+theirs (stream.py): an offset is the next stream offset to read, `{"n": 120, "stream": true}`,
+kept only in the checkpoint; a partition is the messages at offsets from one to another, the
+same every time: each message enters the connectql stream exactly once."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from connectql.config import Option
+from connectql.connectors.rabbitmq import stream
 from connectql.connectors.rabbitmq.client import CONNECTION, connect, where
 from connectql.toolkit import Source, ValidationError
 from connectql.toolkit.messages import (
+    HEADERS,
+    KEY,
+    POSITION,
+    TIMESTAMP,
+    TOPIC,
     ValueFormat,
     format_options,
+    message_rows,
     text_of,
 )
 from connectql.toolkit.spool import Spooled, SpooledSource
 
 GROUP = 10_000  # messages spooled (and acknowledged) together at most
+IDLE_S = 0.5  # a stream queue found with nothing new is looked at again this much later
 SETTLE_S = 30.0  # the longest a query's first look waits for the queue's backlog to be spooled
 SOURCE_OPTIONS = (
     *CONNECTION,
     Option("queue", required=True, doc="the queue to consume (it must exist)"),
     Option(
+        "queue.type",
+        "enum",
+        "auto",
+        choices=("auto", "stream", "classic"),
+        doc="stream: `queue` is a stream queue, read by offset (exactly-once); classic: a classic"
+        " or quorum queue, consumed and spooled (at-least-once); auto: asked of the broker at"
+        " each start (declaring the queue again as a stream, which needs configure permission)",
+    ),
+    Option(
+        "stream.offset",
+        default="first",
+        doc="a stream queue: where a new connector starts, as x-stream-offset: first (the"
+        " oldest message kept), last (the last chunk written), next (only messages published"
+        " after CREATE), an offset, or an ISO timestamp (the first chunk written then or later)",
+    ),
+    Option(
         "prefetch",
         "int",
         GROUP,
-        doc="messages the broker sends before they are acknowledged (basic.qos)",
+        doc="a classic or quorum queue: messages the broker sends before they are acknowledged"
+        " (basic.qos)",
     ),
     *format_options("source"),
 )
@@ -50,6 +81,12 @@ class RabbitSource(SpooledSource, Source):
                 "rabbitmq source: format = 'json' needs schema = '...' (a queue cannot replay"
                 " messages to infer it from)"
             )
+        self.start_at = stream.start_spec(options.get("stream.offset") or "first")
+        self._stream: bool | None = {"stream": True, "classic": False}.get(
+            options.get("queue.type") or "auto"
+        )
+        self._initial: dict | None = None
+        self._idle_until = 0.0
         self._consumer: threading.Thread | None = None
         self._stop, self._idle = threading.Event(), threading.Event()
         self._failed: list[Exception] = []
@@ -78,12 +115,91 @@ class RabbitSource(SpooledSource, Source):
         finally:
             if conn.is_open:
                 conn.close()
+        self.is_stream()  # a queue.type the broker cannot tell is refused now
 
     def schema(self) -> str:
         return self.format.row_ddl()  # json has a schema: __init__ asks for it
 
+    def is_stream(self) -> bool:
+        """Whether `queue` is a stream queue (queue.type, else asked of the broker once)."""
+        if self._stream is None:
+            self._stream = stream.is_stream(self.options)
+        return self._stream
+
     # ----------------------------------------------------------------- offsets (driver)
+    def initial_offset(self) -> dict:
+        if not self.is_stream():
+            return super().initial_offset()
+        if self._initial is None:
+            self._initial = _at(stream.first_offset(self.options, self.start_at))
+        return self._initial
+
     def latest_offset(self, start: dict) -> dict:
+        if self.is_stream() != bool(start.get("stream")):
+            raise ValidationError(
+                f"rabbitmq source: queue '{self.options['queue']}' is "
+                f"{'now' if self.is_stream() else 'no longer'} a stream queue, and the checkpoint"
+                f" holds {'spool positions' if self.is_stream() else 'stream offsets'}: RESET"
+                " CONNECTOR ... OFFSETS (paused) to read it from its start"
+            )
+        if self.is_stream():
+            return self._stream_latest(start)
+        return self._spooled_latest(start)
+
+    def _stream_latest(self, start: dict) -> dict:
+        """The stream's next offset; an idle stream is asked again IDLE_S later at the soonest
+        (each look is a connection and a wait for deliveries)."""
+        if time.monotonic() < self._idle_until:
+            return start
+        latest = _at(max(stream.next_offset(self.options), start["n"]))
+        if latest == start:
+            self._idle_until = time.monotonic() + IDLE_S
+        return latest
+
+    def end_offset(self, start: dict, latest: dict, max_records: int) -> dict:
+        end = super().end_offset(start, latest, max_records)
+        return _at(end["n"]) if start.get("stream") else end
+
+    def partitions(self, start: dict, end: dict) -> list:
+        parts = super().partitions(start, end)
+        return [{**p, "stream": True} for p in parts] if start.get("stream") else parts
+
+    def commit(self, end: dict) -> None:
+        if not end.get("stream"):  # a stream keeps what was read: nothing to drop
+            super().commit(end)
+
+    # ----------------------------------------------------------------- reading (executor)
+    def read(self, partition: dict) -> Iterator:
+        if not partition.get("stream"):
+            yield from super().read(partition)
+            return
+        fmt = self.format.reading(self.stream_schemas.get(None))
+        for page in stream.between(self.options, partition["start"], partition["end"]):
+            yield from self._rows(page, fmt)
+
+    def _rows(self, page: list, fmt: ValueFormat) -> Iterator:
+        """A page of (offset, delivery) of the stream as rows with their message columns."""
+        queue = self.options["queue"]
+        offsets = [offset for offset, _d in page]
+        props = [d[1] for _o, d in page]
+        keys = [d[0].routing_key or None for _o, d in page]
+        yield from message_rows(
+            fmt,
+            [d[2] for _o, d in page],
+            where=lambda i: {"queue": queue, "offset": offsets[i]},
+            meta=lambda kept: {
+                TOPIC: [queue] * len(kept),
+                KEY: [keys[i] for i in kept],
+                HEADERS: [_pairs(props[i].headers) for i in kept],
+                POSITION: [str(offsets[i]) for i in kept],
+                TIMESTAMP: [_micros(props[i].timestamp) for i in kept],
+            },
+            keys=[k.encode() if k else None for k in keys],
+            positions=[f"{o:020d}" for o in offsets],
+        )
+
+    # ----------------------------------------------------------------- a classic queue (driver)
+    def _spooled_latest(self, start: dict) -> dict:
         if self._failed:
             raise self._failed.pop()
         if self._consumer is None or not self._consumer.is_alive():
@@ -142,6 +258,23 @@ class RabbitSource(SpooledSource, Source):
             self._stop.set()
             self._consumer.join(timeout=10)
             self._consumer = None
+
+
+def _at(offset: int) -> dict:
+    """A stream queue's offset: the next stream offset to read (`n`: the lag counts by it)."""
+    return {"n": offset, "stream": True}
+
+
+def _micros(timestamp: int | None) -> int | None:
+    """The timestamp property (seconds) in microseconds; None: the message has none (a stream
+    message's arrival time would differ between replays)."""
+    return timestamp * 1_000_000 if timestamp else None
+
+
+def _pairs(given: dict | None) -> list[tuple[str, str]] | None:
+    """A stream message's headers as the message columns hold them (its offset is __position)."""
+    headers = _headers({k: v for k, v in (given or {}).items() if k != stream.OFFSET})
+    return sorted(headers.items()) if headers else None
 
 
 def _headers(given: dict | None) -> dict[str, str] | None:

@@ -137,13 +137,13 @@ def test_a_source_reads_the_table_then_each_append_once(spark, tmp_path):
     latest.batches(1)  # starts where the table is: its empty first version
     run = SourceRun(DeltaSource, {"path": path}, tmp_path / "src")
     ids = iter(range(10_000))
-    for _ in range(2):
+    for _ in range(2):  # a batch each (a file each)
         sink.add([{"id": next(ids)} for _ in range(100)])
-        sink.to_end()
-        run.batches(1)
+    sink.to_end()
+    run.batches(1)
     for _ in range(2):  # the sink's third batch compacts the table (OPTIMIZE)
         sink.add([{"id": next(ids)} for _ in range(100)])
-        sink.to_end()
+    sink.to_end()
     DeltaTable(path).delete("id = 5")
     run.to_end()
     run.replay_last_batch()

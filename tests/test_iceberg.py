@@ -196,13 +196,13 @@ def test_a_source_reads_the_table_then_each_append_once(spark, tmp_path):
     latest.batches(1)  # starts where the table is: nothing of it
     run = SourceRun(IcebergSource, source, tmp_path / "src")
     ids = iter(range(10_000))
-    for _ in range(2):
+    for _ in range(2):  # a batch each (a file each)
         sink.add([{"id": next(ids)} for _ in range(100)])
-        sink.to_end()
-        run.batches(1)
+    sink.to_end()
+    run.batches(1)
     for _ in range(2):  # the sink's third batch compacts the table (an OVERWRITE snapshot)
         sink.add([{"id": next(ids)} for _ in range(100)])
-        sink.to_end()
+    sink.to_end()
     catalog = SqlCatalog("connectql", uri=options["catalog.uri"],
                          warehouse=f"file://{options['warehouse']}")  # fmt: skip
     with pooled():

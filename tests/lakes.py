@@ -4,12 +4,14 @@ until the sink's table equals it."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
 
 from connectql.errors import ConnectQLError
+from connectql.toolkit.testing import SinkRun, SourceRun
 from tests.helpers import run, wait_until
 from tests.pgserver import pg_sql
 from tests.test_postgres import connection
@@ -74,3 +76,33 @@ def commit_interval_is_the_trigger(worker, sink: str) -> None:
         run(worker, f"{sink}, 'commit.interval.ms' = 2500, 'trigger.interval' = '1 second')")
     with pytest.raises(ConnectQLError, match="commit.interval.ms must be at least 1"):
         run(worker, f"{sink}, 'commit.interval.ms' = 0)")
+
+
+def appends_are_read_once(tmp_path, sink: tuple, source: tuple, delete_five: Callable) -> None:
+    """A lake source (`source`: its class and options) over a table its sink (`sink`: class
+    and options, append mode, compact.every = 3) appends to: the table as it is, then each
+    later append, every row once across stops and a replayed batch; the compaction and a delete
+    (`delete_five()`) add no row; starting.position = 'latest' reads only the appends after it
+    starts, at most 150 rows (batch.max.records) a batch."""
+    (sink_cls, sink_options), (source_cls, source_options) = sink, source
+    writes = SinkRun(sink_cls, {**sink_options, "compact.every": 3, "mode": "append"},
+                     tmp_path / "sink", pa.schema([("id", pa.int64())]))  # fmt: skip
+    latest = SourceRun(source_cls, {**source_options, "starting.position": "latest"},
+                       tmp_path / "l", max_records=150)  # fmt: skip
+    latest.batches(1)  # starts where the table is: nothing of it
+    run = SourceRun(source_cls, source_options, tmp_path / "src")
+    ids = iter(range(400))
+    for _ in range(2):  # a batch each (a file each)
+        writes.add([{"id": next(ids)} for _ in range(100)])
+    writes.to_end()
+    run.batches(1)
+    for _ in range(2):  # the sink's third batch compacts the table
+        writes.add([{"id": next(ids)} for _ in range(100)])
+    writes.to_end()
+    delete_five()
+    run.to_end()
+    run.replay_last_batch()
+    assert Counter(r["id"] for r in run.rows()) == Counter(range(400))  # each row once
+    latest.to_end()
+    assert Counter(r["id"] for r in latest.rows()) == Counter(range(400))  # all appended later
+    assert latest._committed() >= 4  # a batch per append of 100: at most 150 rows a batch

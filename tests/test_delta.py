@@ -22,6 +22,7 @@ from tests.lakes import (
     CHANGE_BATCHES,
     CHANGE_SCHEMA,
     CHANGED,
+    appends_are_read_once,
     cdc_into,
     commit_interval_is_the_trigger,
 )
@@ -130,26 +131,8 @@ def test_a_source_reads_the_table_then_each_append_once(spark, tmp_path):
     starting.position = 'latest' skips the rows there before it starts; batch.max.records
     cuts between versions."""
     path = str(tmp_path / "lake" / "events")
-    options = {"path": path, "compact.every": 3, "mode": "append"}
-    sink = SinkRun(DeltaSink, options, tmp_path / "sink", pa.schema([("id", pa.int64())]))
-    latest = SourceRun(DeltaSource, {"path": path, "starting.position": "latest"}, tmp_path / "l",
-                       max_records=150)  # fmt: skip
-    latest.batches(1)  # starts where the table is: its empty first version
-    run = SourceRun(DeltaSource, {"path": path}, tmp_path / "src")
-    ids = iter(range(10_000))
-    for _ in range(2):  # a batch each (a file each)
-        sink.add([{"id": next(ids)} for _ in range(100)])
-    sink.to_end()
-    run.batches(1)
-    for _ in range(2):  # the sink's third batch compacts the table (OPTIMIZE)
-        sink.add([{"id": next(ids)} for _ in range(100)])
-    sink.to_end()
-    DeltaTable(path).delete("id = 5")
-    run.to_end()
-    run.replay_last_batch()
-    assert Counter(r["id"] for r in run.rows()) == Counter(range(400))  # each row once
-    latest.to_end()
-    assert Counter(r["id"] for r in latest.rows()) == Counter(range(400))  # all appended later
-    assert latest._committed() >= 4  # a batch per append of 100: at most 150 rows a batch
+    table = {"path": path}
+    delete_five = lambda: DeltaTable(path).delete("id = 5")  # noqa: E731
+    appends_are_read_once(tmp_path, (DeltaSink, table), (DeltaSource, table), delete_five)
     with pytest.raises(ConnectQLError, match="there is no Delta table at"):
         SourceRun(DeltaSource, {"path": str(tmp_path / "nope")}, tmp_path / "x").batches(1)

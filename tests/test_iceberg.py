@@ -24,6 +24,7 @@ from tests.lakes import (
     CHANGE_BATCHES,
     CHANGE_SCHEMA,
     CHANGED,
+    appends_are_read_once,
     cdc_into,
     commit_interval_is_the_trigger,
 )
@@ -188,30 +189,14 @@ def test_a_source_reads_the_table_then_each_append_once(spark, tmp_path):
     cuts between snapshots."""
     from pyiceberg.expressions import EqualTo
 
-    options = {**lake(tmp_path), "table": "shop.events", "compact.every": 3, "mode": "append"}
-    sink = SinkRun(IcebergSink, options, tmp_path / "sink", pa.schema([("id", pa.int64())]))
-    source = {k: v for k, v in options.items() if k not in ("compact.every", "mode")}
-    latest = SourceRun(IcebergSource, {**source, "starting.position": "latest"}, tmp_path / "l",
-                       max_records=150)  # fmt: skip
-    latest.batches(1)  # starts where the table is: nothing of it
-    run = SourceRun(IcebergSource, source, tmp_path / "src")
-    ids = iter(range(10_000))
-    for _ in range(2):  # a batch each (a file each)
-        sink.add([{"id": next(ids)} for _ in range(100)])
-    sink.to_end()
-    run.batches(1)
-    for _ in range(2):  # the sink's third batch compacts the table (an OVERWRITE snapshot)
-        sink.add([{"id": next(ids)} for _ in range(100)])
-    sink.to_end()
-    catalog = SqlCatalog("connectql", uri=options["catalog.uri"],
-                         warehouse=f"file://{options['warehouse']}")  # fmt: skip
-    with pooled():
-        catalog.load_table("shop.events").delete(EqualTo("id", 5))
-    run.to_end()
-    run.replay_last_batch()
-    assert Counter(r["id"] for r in run.rows()) == Counter(range(400))  # each row once
-    latest.to_end()
-    assert Counter(r["id"] for r in latest.rows()) == Counter(range(400))  # all appended later
-    assert latest._committed() >= 4  # a batch per append of 100: at most 150 rows a batch
+    source = {**lake(tmp_path), "table": "shop.events"}
+
+    def delete_five():
+        catalog = SqlCatalog("connectql", uri=source["catalog.uri"],
+                             warehouse=f"file://{source['warehouse']}")  # fmt: skip
+        with pooled():
+            catalog.load_table("shop.events").delete(EqualTo("id", 5))
+
+    appends_are_read_once(tmp_path, (IcebergSink, source), (IcebergSource, source), delete_five)
     with pytest.raises(ConnectQLError, match="there is no table shop.nope"):
         SourceRun(IcebergSource, {**source, "table": "shop.nope"}, tmp_path / "x").batches(1)

@@ -624,6 +624,7 @@ AUDIT |= {
     "rabbitmq sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
 }
 _DELTA = "test_delta.py::"
+_S3 = ("endpoint", "region", "access.key", "secret.key")  # a lake's S3 server
 AUDIT |= {
     "delta sink path": _DELTA + "test_append_writes_each_row_once_across_a_replay",
     "delta sink partition.by": _DELTA + "test_append_writes_each_row_once_across_a_replay",
@@ -635,16 +636,10 @@ AUDIT |= {
         f"delta source {o}": _DELTA + "test_a_source_reads_the_table_then_each_append_once"
         for o in ("path", "starting.position", "batch.max.records")
     },
-    **{
-        f"delta source {o}": _DELTA + "test_upsert_into_a_table_on_s3"
-        for o in ("endpoint", "region", "access.key", "secret.key")
-    },
+    **{f"delta source {o}": _DELTA + "test_upsert_into_a_table_on_s3" for o in _S3},
     "delta sink compact.every": _DELTA + "test_append_writes_each_row_once_across_a_replay",
     "delta sink commit.interval.ms": _DELTA + "test_a_sink_of_several_streams_writes_a_table_each",
-    **{
-        f"delta sink {o}": _DELTA + "test_upsert_into_a_table_on_s3"
-        for o in ("endpoint", "region", "access.key", "secret.key")
-    },  # fmt: skip
+    **{f"delta sink {o}": _DELTA + "test_upsert_into_a_table_on_s3" for o in _S3},  # fmt: skip
 }
 _ICE = "test_iceberg.py::"
 AUDIT |= {
@@ -668,31 +663,12 @@ AUDIT |= {
         )
     },
     **{
-        f"iceberg source {o}": _ICE + "test_upsert_through_a_rest_catalog_on_s3"
-        for o in (
-            "endpoint",
-            "region",
-            "access.key",
-            "secret.key",
-            "catalog.type",
-            "catalog.credential",
-            "catalog.token",
-        )
+        f"iceberg {kind} {o}": _ICE + "test_upsert_through_a_rest_catalog_on_s3"
+        for kind in ("source", "sink")
+        for o in (*_S3, "catalog.type", "catalog.credential", "catalog.token")
     },
     "iceberg sink compact.every": _ICE + "test_append_writes_each_row_once_across_a_replay",
     "iceberg sink commit.interval.ms": _ICE + "test_a_sink_of_several_streams_writes_a_table_each",
-    **{
-        f"iceberg sink {o}": _ICE + "test_upsert_through_a_rest_catalog_on_s3"
-        for o in (
-            "endpoint",
-            "region",
-            "access.key",
-            "secret.key",
-            "catalog.type",
-            "catalog.credential",
-            "catalog.token",
-        )
-    },  # fmt: skip
 }
 _KAFKA = "test_kafka.py::"
 _KAFKA_READ = _KAFKA + "test_a_source_reads_each_record_once_across_stops_and_a_replay"

@@ -86,6 +86,18 @@ class Store:
         return {k: v for k, v in found.items() if v}
 
 
+def starting_option(unit: str) -> Option:
+    """A lake source's starting.position, its table's commits called `unit` (versions)."""
+    return Option(
+        "starting.position",
+        "enum",
+        "earliest",
+        choices=("earliest", "latest"),
+        doc=f"earliest: the table's rows as they are first, then what later {unit} append;"
+        f" latest: only what {unit} committed after the connector starts append",
+    )
+
+
 def commit_interval(options: dict, who: str) -> int | None:
     """The sink's micro-batch pace from commit.interval.ms (None: as fast as records arrive)."""
     every = options.get("commit.interval.ms")

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectql.config import Option
-from connectql.connectors.lake import S3_OPTIONS, Store
+from connectql.connectors.lake import S3_OPTIONS, Store, starting_option
 from connectql.toolkit import Source, ValidationError
 
 SOURCE_OPTIONS = (
@@ -27,14 +27,7 @@ SOURCE_OPTIONS = (
         doc="the Delta table's directory: a local path, or an s3:// URL (then endpoint, region"
         " and keys reach its server)",
     ),
-    Option(
-        "starting.position",
-        "enum",
-        "earliest",
-        choices=("earliest", "latest"),
-        doc="earliest: the table's rows as they are first, then what later versions append;"
-        " latest: only what versions committed after the connector starts append",
-    ),
+    starting_option("versions"),
     *S3_OPTIONS,
 )
 WHOLE = -1  # an offset's version before the first batch of 'earliest': it reads the table whole

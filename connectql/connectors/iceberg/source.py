@@ -17,19 +17,13 @@ import pyarrow as pa
 
 from connectql.config import Option
 from connectql.connectors.iceberg.catalog import CATALOG_OPTIONS, calls, catalog_of
+from connectql.connectors.lake import starting_option
 from connectql.toolkit import Source, ValidationError
 
 SOURCE_OPTIONS = (
     *CATALOG_OPTIONS,
     Option("table", required=True, doc="namespace.name of the table to follow"),
-    Option(
-        "starting.position",
-        "enum",
-        "earliest",
-        choices=("earliest", "latest"),
-        doc="earliest: the table's rows as they are first, then what later snapshots append;"
-        " latest: only what snapshots committed after the connector starts append",
-    ),
+    starting_option("snapshots"),
 )
 WHO = "iceberg source"
 EMPTY = -1

@@ -72,7 +72,7 @@ SELECT g,
        g % 1000,
        round(((g * 7919) % 1000000) / 100.0, 2),
        timestamp '2025-01-01' + g * interval '1 second'
-FROM generate_series(1, {n}) g
+FROM generate_series(1::bigint, {n}) g
 """
 SUMS_SQL = (
     "SELECT count(*), coalesce(sum(id), 0), coalesce(sum(price), 0),"

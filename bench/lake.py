@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import hashlib
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -101,6 +102,7 @@ class Stream:
     applied: int
     lag_s: float | None
     check: str
+    batches: str = "-"  # the sink's batches (rides) in the window: count, median ms
 
     @property
     def ok(self) -> bool:
@@ -229,11 +231,13 @@ def connectql_copy(cq: Connectql, conn: str, table: str, label: str, sink: str, 
     """Seconds of a bulk source and a lake sink, both run once; problems ('' when none)."""
     script = COPY_SQL.format(label=label, conn=conn, table=table, batch=BATCH_ROWS, tasks=TASKS,
                              sink=sink, target=target)  # fmt: skip
-    t0 = time.perf_counter()
+    t0, wall = time.perf_counter(), time.time()
     cq.run(script)
     cq.worker.wait_for_once()
     seconds = time.perf_counter() - t0
-    return seconds, cq.problems([f"{label}_src", f"{label}_dst"], "FINISHED")
+    source_s = cq.finished_at().get(f"{label}_src", float("nan")) - wall
+    note = f"source FINISHED at {source_s:.1f} s, the sink {seconds - source_s:.1f} s after"
+    return seconds, cq.problems([f"{label}_src", f"{label}_dst"], "FINISHED"), note
 
 
 def copies(cq: Connectql, dbs, lake: Lake, table: str, label: str, n: int, want) -> list[Copy]:
@@ -241,13 +245,15 @@ def copies(cq: Connectql, dbs, lake: Lake, table: str, label: str, n: int, want)
     conn = dbs.options("srcdb")
     out = []
     path = lake.delta_root / label
-    seconds, bad = connectql_copy(cq, conn, table, f"{label}_delta", "delta", f"path = '{path}'")
+    seconds, bad, note = connectql_copy(cq, conn, table, f"{label}_delta", "delta",
+                                        f"path = '{path}'")  # fmt: skip
     check = f"FAIL: {bad}" if bad else judge(arrow_sums(delta_rows(path)), want)
-    out.append(Copy(f"connectql postgres -> delta ({label})", seconds, n, check))
+    out.append(Copy(f"connectql postgres -> delta ({label})", seconds, n, check, note))
     name = f"bench.{label}"
-    seconds, bad = connectql_copy(cq, conn, table, f"{label}_ice", "iceberg", lake.options(name))
+    seconds, bad, note = connectql_copy(cq, conn, table, f"{label}_ice", "iceberg",
+                                        lake.options(name))  # fmt: skip
     check = f"FAIL: {bad}" if bad else judge(arrow_sums(lake.rows(name)), want)
-    out.append(Copy(f"connectql postgres -> iceberg ({label})", seconds, n, check))
+    out.append(Copy(f"connectql postgres -> iceberg ({label})", seconds, n, check, note))
     return out
 
 
@@ -361,13 +367,29 @@ def cdc_stream(cq: Connectql, dbs, lake: Lake, rows: int, rate: float, seconds: 
         return [Stream(t, 0, 0.0, 0, None, f"snapshot: {c}") for t, c in checks.items()]
     console.print(f"  writer: {rate:.0f} changes/s for {seconds:.0f} s; load {load()}")
     applied, first, last = writer(info, rows, rate, seconds)
+    console.print(f"  the cdc source's batches then: {batches(cq, SINKS['source'], first, last)}")
     last_perf = time.perf_counter()
     done, checks = wait_equal(cq, readers(lake), source_sums(info, "live"), LAG_TIMEOUT_S)
     return [
         Stream(target, commits(lake, target, first, last), last - first, applied,
-               done[target] - last_perf if target in done else None, checks[target])
+               done[target] - last_perf if target in done else None, checks[target],
+               batches(cq, SINKS[target], first, last))
         for target in checks
     ]  # fmt: skip
+
+
+SINKS = {"delta": "live_delta", "iceberg": "live_ice", "source": "live_src"}
+
+
+def batches(cq: Connectql, name: str, since: float, until: float) -> str:
+    """'count, median ms' of a connector's batches with rows started in [since, until) (epoch
+    s), from the catalog's connector_metrics (a ride of a chained sink is a row too)."""
+    sql = (
+        "SELECT duration_ms FROM connector_metrics WHERE connector = ? AND input_rows > 0"
+        " AND started_at >= to_timestamp(?)::TIMESTAMP AND started_at < to_timestamp(?)::TIMESTAMP"
+    )
+    ms = [r[0] for r in cq.worker.catalog.read(sql, [name, since, until], figures=True)[1]]
+    return f"{len(ms)}, {statistics.median(ms):.0f} ms" if ms else "-"
 
 
 def wait_equal(cq: Connectql, reads: dict, want, timeout: float) -> tuple[dict, dict]:
@@ -420,14 +442,17 @@ def streams_table(title: str, results: list[Stream]) -> Table:
     t = Table(title=title, title_justify="left",
               caption="commits: table commits during the writer's window (Delta's history,"
               " Iceberg's batch ids); lag: from the writer's last commit until the table equals"
-              " the source by value", caption_justify="left")  # fmt: skip
-    for col in ("target", "commits", "commits/min", "changes", "changes/s", "lag s", "check"):
+              " the source by value (each poll reads the whole table: +/- a poll's time);"
+              " batches: the sink's (both ride the source's batches) with rows in the window,"
+              " count and median time", caption_justify="left")  # fmt: skip
+    cols = ("target", "commits", "commits/min", "changes", "changes/s", "lag s", "batches", "check")
+    for col in cols:
         t.add_column(col, justify="left" if col in ("target", "check") else "right")
     for s in results:
         per_min = s.commits / s.window_s * 60 if s.window_s else 0.0
         per_s = s.applied / s.window_s if s.window_s else 0.0
         t.add_row(s.target, f"{s.commits}", f"{per_min:.1f}", f"{s.applied:,}", f"{per_s:.0f}",
-                  "-" if s.lag_s is None else f"{s.lag_s:.1f}",
+                  "-" if s.lag_s is None else f"{s.lag_s:.1f}", s.batches,
                   s.check if s.ok else f"[red]{s.check}[/red]")  # fmt: skip
     return t
 

@@ -174,7 +174,7 @@ class Lake:
     def rows(self, table: str) -> pa.Table | None:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-        from connectql.connectors.iceberg.sink import pooled
+        from connectql.connectors.iceberg.catalog import pooled
 
         try:
             with pooled():  # no pyiceberg thread left behind
@@ -185,7 +185,8 @@ class Lake:
     def batches_since(self, table: str, since: float, until: float) -> int:
         """Commits of connectql's sink in [since, until) (epoch s): its batch ids among the
         snapshots (an upsert's delete and append are two snapshots of one commit)."""
-        from connectql.connectors.iceberg.sink import BATCH, pooled
+        from connectql.connectors.iceberg.catalog import pooled
+        from connectql.connectors.iceberg.sink import BATCH
 
         with pooled():
             snapshots = self.catalog().load_table(table).snapshots()
@@ -282,7 +283,7 @@ def yardsticks(dbs, lake: Lake, table: str, n: int, want) -> list[Copy]:
     """The same copies by the libraries themselves: a read into Arrow, then each write."""
     from deltalake import write_deltalake
 
-    from connectql.connectors.iceberg.sink import pooled
+    from connectql.connectors.iceberg.catalog import pooled
 
     out = []
     t0 = time.perf_counter()

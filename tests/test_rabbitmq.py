@@ -329,3 +329,17 @@ def test_a_stream_queue_source_shows_an_outage_and_resumes_by_itself(worker, que
     finally:
         run(worker, "DROP CONNECTOR IF EXISTS sgone")
         relay.cut()
+
+
+def test_asking_whether_a_missing_queue_is_a_stream_does_not_make_it():
+    """queue.type = 'auto' asks the broker by declaring the queue again as a stream: a queue
+    that is not there is named and left not there (not made as a stream)."""
+    import pika.exceptions as px
+
+    from connectql.connectors.rabbitmq import stream
+
+    name = f"cq-{uuid.uuid4().hex[:8]}-missing"
+    with pytest.raises(ConnectQLError, match=f"queue '{name}'.*no queue"):
+        stream.is_stream({"url": URL, "queue": name})
+    with pytest.raises(px.ChannelClosedByBroker):
+        channel().queue_declare(name, passive=True)

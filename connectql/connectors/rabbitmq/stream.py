@@ -40,6 +40,12 @@ def is_stream(options: dict[str, Any]) -> bool:
     arguments: dict[str, Any] = {"x-queue-type": "stream"}
     conn = connect(options, "rabbitmq source")
     try:
+        try:  # it exists (else the declares below would make it, as a stream)
+            conn.channel().queue_declare(options["queue"], passive=True)
+        except px.ChannelClosedByBroker as e:
+            raise ValidationError(
+                f"rabbitmq source: queue '{options['queue']}' on {where(options)}: {e.reply_text}"
+            ) from None
         while True:
             try:
                 conn.channel().queue_declare(options["queue"], durable=True, arguments=arguments)

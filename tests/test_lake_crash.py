@@ -3,7 +3,8 @@ the worker: while a writer commits inserts, updates, deletes and primary-key cha
 (and its JVM) is killed with SIGKILL mid-stream; once a new `connectql run` of the same script
 has caught up, both tables equal the MariaDB table value by value (decimals, microsecond
 datetimes) and the stream holds every committed change exactly once. The scenario and the
-writer are the database crash tests' (tests/crash.py, tests/test_mysql_crash.py)."""
+writer are the database crash tests' (tests/crash.py, tests/test_mysql_crash.py). A long
+scenario: `pytest -m scenario tests/test_lake_crash.py`."""
 
 from __future__ import annotations
 
@@ -70,5 +71,6 @@ def lakes(pipeline, tmp_path):  # noqa: F811
     return {**pipeline, "script": script, "target": target}
 
 
+@pytest.mark.scenario  # ~110 s; CI's whole run was at its 35 minutes with it
 def test_kill_during_change_capture_into_delta_and_iceberg(lakes):
     kill_during_change_capture(lakes, total=3_000, batch_rows=1_000)

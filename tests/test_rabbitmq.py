@@ -157,8 +157,8 @@ def test_rabbitmq_to_rabbitmq_through_sql_with_dead_letters(worker, queues):
         )
 
 
-KILL_TOTAL = 30_000
-STREAM_TOTAL = 12_000  # ids after KILL_TOTAL, in a stream queue
+KILL_TOTAL = 15_000
+STREAM_TOTAL = 6_000  # ids after KILL_TOTAL, in a stream queue
 KILL_SCRIPT = """
 CREATE SOURCE CONNECTOR IF NOT EXISTS qin FROM rabbitmq INTO msgs WITH (url = '{url}',
   queue = '{queue}', schema = 'id BIGINT, name STRING', prefetch = 500,
@@ -189,7 +189,7 @@ def test_a_killed_worker_loses_no_message_and_repeats_none_of_a_stream(tmp_path,
     at_kill = []
     total = KILL_TOTAL + STREAM_TOTAL
     duplicated = kill_and_count(
-        home, script, logs, ids, total, 4000, on_restart=lambda: at_kill.append(len(ids("smsgs")))
+        home, script, logs, ids, total, 2000, on_restart=lambda: at_kill.append(len(ids("smsgs")))
     )
     assert 0 < at_kill[0] < STREAM_TOTAL  # the stream was read half way when the worker died
     assert Counter(ids("smsgs")) == Counter(range(KILL_TOTAL, total))  # each once

@@ -13,6 +13,7 @@ from connectql.connectors.s3.store import server_of
 from connectql.toolkit import ValidationError
 from connectql.toolkit.envelope import META_COLUMNS, OP, POS
 from connectql.toolkit.messages import MESSAGE_COLUMNS
+from connectql.toolkit.sink import own_trigger
 
 MODE_OPTIONS = (
     Option(
@@ -100,16 +101,7 @@ def starting_option(unit: str) -> Option:
 
 def commit_interval(options: dict, who: str) -> int | None:
     """The sink's micro-batch pace from commit.interval.ms (None: as fast as records arrive)."""
-    every = options.get("commit.interval.ms")
-    if every is None:
-        return None
-    if every < 1:
-        raise ValidationError(f"{who}: commit.interval.ms must be at least 1")
-    if options.get("trigger.interval"):
-        raise ValidationError(
-            f"{who}: commit.interval.ms and trigger.interval both set how often it commits; give one"
-        )
-    return every
+    return own_trigger(options, "commit.interval.ms", who, "it commits")
 
 
 def compacts_after(options: dict, batch_id: int, who: str) -> bool:

@@ -66,6 +66,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from connectql.config import Option
+from connectql.errors import ValidationError
 
 DELIVERIES = ("exactly-once", "idempotent", "at-least-once")
 
@@ -76,6 +77,21 @@ def row_ids(writer: str, batch_id: int, count: int) -> list[str]:
     tasks, so its rows come in the same order and get the same ids. For an idempotent sink:
     '<writer>-<batch>-<row>'."""
     return [f"{writer}-{batch_id}-{i}" for i in range(count)]
+
+
+def own_trigger(options: dict[str, Any], name: str, who: str, what: str) -> int | None:
+    """A sink's flush_interval_ms from its option `name` (milliseconds; None when absent),
+    refused under 1 or beside trigger.interval, which also sets how often `what`."""
+    every = options.get(name)
+    if every is None:
+        return None
+    if every < 1:
+        raise ValidationError(f"{who}: {name} must be at least 1")
+    if options.get("trigger.interval"):
+        raise ValidationError(
+            f"{who}: {name} and trigger.interval both set how often {what}; give one"
+        )
+    return every
 
 
 class Rejected(Exception):

@@ -26,6 +26,8 @@ SOURCE_OPTIONS = (
     starting_option("snapshots"),
 )
 WHO = "iceberg source"
+# an offset's snapshot: None before the first batch of 'earliest' (the next one reads the
+# table whole), EMPTY where the table had no snapshot yet (the next reads every append)
 EMPTY = -1
 
 
@@ -65,9 +67,6 @@ class IcebergSource(Source):
             latest = self.options.get("starting.position") == "latest"
             self._start = self._current() if latest else {"snapshot": None, "records": 0}
         return self._start
-
-    # an offset's snapshot: None before the first batch of 'earliest' (the next one reads the
-    # table whole), EMPTY where a table had no snapshot yet (the next reads every append)
 
     def latest_offset(self, start: dict) -> dict:
         found = self._current()

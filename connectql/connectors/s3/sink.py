@@ -21,6 +21,7 @@ from connectql.connectors.s3.options import STORE_OPTIONS
 from connectql.connectors.s3.store import INTERNAL, place_of, require_bucket
 from connectql.errors import PermanentError, ValidationError
 from connectql.toolkit import Retryable, Sink
+from connectql.toolkit.sink import own_trigger
 
 SINK_OPTIONS = (
     *STORE_OPTIONS.values(),
@@ -80,7 +81,6 @@ class S3Sink(Sink):
         self.format = ObjectFormat(opts["format"], opts.get("compression") or default)
         self.template = Template(opts["file.name.template"])
         self.max_records = opts.get("file.max.records")
-        self.flush_ms = opts.get("file.flush.interval.ms")
         self.stream = opts.get("stream") or "stream"
         self.prefix = opts.get("prefix") or ""
         self._fs = None
@@ -95,16 +95,7 @@ class S3Sink(Sink):
         return self._fs
 
     def flush_interval_ms(self) -> int | None:
-        if self.flush_ms is None:
-            return None
-        if self.flush_ms < 1:
-            raise ValidationError("s3 sink: file.flush.interval.ms must be at least 1")
-        if self.options.get("trigger.interval"):
-            raise ValidationError(
-                "s3 sink: file.flush.interval.ms and trigger.interval both set how often objects"
-                " roll; give one"
-            )
-        return self.flush_ms
+        return own_trigger(self.options, "file.flush.interval.ms", "s3 sink", "objects roll")
 
     def check(self, schema: pa.Schema) -> None:
         self.format.check()

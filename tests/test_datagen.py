@@ -24,7 +24,15 @@ from connectql.connectors.datagen import (
 )
 from connectql.errors import ValidationError
 from connectql.toolkit.datasource import ToolkitDataSource
-from connectql.toolkit.spark import FORMAT, MAX_RECORDS_KEY, StreamReader, spark_options
+from connectql.toolkit.readsize import PROBE_RECORDS
+from connectql.toolkit.spark import (
+    FORMAT,
+    MAX_BYTES_KEY,
+    MAX_RECORDS_KEY,
+    StreamReader,
+    spark_options,
+)
+from tests.helpers import run
 
 TS = 1_700_000_000_000
 ALL_TYPES = (
@@ -235,6 +243,60 @@ def test_batch_max_records_and_rows_per_batch_both_cap_a_batch():
     assert smaller.latestOffset(start, smaller.getDefaultReadLimit())["seq"] == 20
     larger = StreamReader(source, struct, {MAX_RECORDS_KEY: "50"})
     assert larger.latestOffset(start, larger.getDefaultReadLimit())["seq"] == 30
+
+
+WIDE = {"rows.total": "5000", "fields": "id BIGINT SEQUENCE, s STRING RANDOM(1000)"}
+
+
+def test_batch_max_bytes_learns_a_records_bytes_from_the_batches_read(tmp_path):
+    """The first batch reads PROBE_RECORDS; the next ones the bytes limit over the bytes a
+    record took in the batches read (written by the tasks into the checkpoint), which a
+    restarted reader finds there."""
+
+    def fresh() -> StreamReader:
+        source = DatagenSource(WIDE)
+        options = {MAX_BYTES_KEY: "100000", "connectql.checkpoint": str(tmp_path)}
+        return StreamReader(source, from_arrow_schema(source.arrow_schema()), options)
+
+    r, start = fresh(), {"seq": 0, "ts": 0}
+    first = r.latestOffset(start, r.getDefaultReadLimit())
+    assert first["seq"] == PROBE_RECORDS
+    read = [b for p in r.partitions(start, first) for b in r.read(p)]
+    assert sum(b.num_rows for b in read) == PROBE_RECORDS
+    per_record = sum(b.nbytes for b in read) / PROBE_RECORDS
+    assert 1000 < per_record < 1100
+    second = r.latestOffset(first, r.getDefaultReadLimit())
+    assert second["seq"] - first["seq"] == int(100000 // per_record)
+    assert fresh().latestOffset(first, ReadMaxRows(1_000_000))["seq"] == second["seq"]
+    assert fresh().latestOffset(first, ReadMaxRows(20))["seq"] == first["seq"] + 20
+
+
+def test_batch_max_bytes_cuts_the_batches_of_a_connector(worker):
+    """Through SQL: a connector's batches after the first hold the bytes limit's records."""
+    run(
+        worker,
+        """CREATE SOURCE CONNECTOR wide FROM datagen INTO wide_rows WITH ('rows.total' = 600,
+          fields = 'id BIGINT SEQUENCE, s STRING RANDOM(1000)', 'batch.max.bytes' = 250000,
+          run = 'once')""",
+    )
+    worker.wait_for_once()
+    batches = [
+        n
+        for (n,) in worker.catalog.query(
+            "SELECT input_rows FROM connector_metrics WHERE connector = 'wide'"
+            " AND input_rows > 0 ORDER BY batch_id"
+        )[1]
+    ]
+    assert sum(batches) == 600 and batches[0] == PROBE_RECORDS
+    assert all(200 <= n <= 250 for n in batches[1:-1]), batches
+    assert run(worker, "SELECT count(DISTINCT id) FROM wide_rows")[0].rows == [(600,)]
+    for bad in ("0", "-5"):
+        with pytest.raises(ValidationError, match=f"batch.max.bytes must be 1 or more, got {bad}"):
+            run(
+                worker,
+                f"CREATE SOURCE CONNECTOR w2 FROM datagen INTO w2 WITH ('batch.max.bytes' = {bad})",
+            )
+    assert run(worker, "SELECT count(*) FROM connectors WHERE name = 'w2'")[0].rows == [(0,)]
 
 
 def test_partitions_split_contiguously():

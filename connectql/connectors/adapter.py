@@ -23,6 +23,14 @@ MAX_RECORDS = Option(
     " else everything available",
 )
 
+MAX_BYTES = Option(
+    "batch.max.bytes",
+    "int",
+    doc="at most about this many bytes (of the records as read, in Arrow) per micro-batch,"
+    " beside batch.max.records (the smaller holds): the bytes of a record are learned from the"
+    " batches read before, and a new connector's first batch reads at most 100 records",
+)
+
 
 def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
     """The Plugin of a toolkit connector (which must have no problems())."""
@@ -81,7 +89,7 @@ def _sink_options(sink) -> dict[str, Option]:
 def _source_options(source) -> dict[str, Option]:
     """A source's options: the common ones, the read limit (unless it plans its batches
     itself), its own."""
-    limit = () if source.plans_batches else (MAX_RECORDS,)
+    limit = () if source.plans_batches else (MAX_RECORDS, MAX_BYTES)
     return _options(SOURCE_COMMON, *limit, *source.options)
 
 
@@ -118,9 +126,12 @@ def plan_source(connector: Connector, opts: dict[str, Any], name: str = "") -> R
     """The reader of a toolkit source. What it reads (tables(), schema(), key()) and how much
     (total_records()) are asked only when wanted (CREATE, EXPLAIN, a schema's evolution, a
     progress bar): a start needs no call to the external system before its query runs."""
-    from connectql.toolkit.spark import MAX_RECORDS_KEY, spark_options
+    from connectql.toolkit.spark import MAX_BYTES_KEY, MAX_RECORDS_KEY, spark_options
 
     where = f"{connector.type} source" + (f" '{name}'" if name else "")
+    for limit in (MAX_RECORDS.name, MAX_BYTES.name):
+        if opts.get(limit) is not None and int(opts[limit]) < 1:
+            raise ValidationError(f"{where}: {limit} must be 1 or more, got {opts[limit]}")
     call = _bounded(opts)
     source = call(where, connector.source, opts)
     source.connector = name  # as when it runs (toolkit/spark.py): CREATE's calls know it too
@@ -130,6 +141,8 @@ def plan_source(connector: Connector, opts: dict[str, Any], name: str = "") -> R
     options = spark_options(connector.source, opts, _secret(connector.source.options))
     if opts.get("batch.max.records"):
         options[MAX_RECORDS_KEY] = str(opts["batch.max.records"])
+    if opts.get("batch.max.bytes"):
+        options[MAX_BYTES_KEY] = str(opts["batch.max.bytes"])
     return ReaderSpec(
         "connectql_toolkit",
         options,

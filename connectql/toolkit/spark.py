@@ -45,6 +45,7 @@ from connectql.toolkit.packed import (
     pack,
     pack_letters,
 )
+from connectql.toolkit.readsize import Learned, Tally
 from connectql.toolkit.sink import Rejected, Sink
 from connectql.toolkit.source import DeadLetter, Retryable, Source, raw_text
 
@@ -53,6 +54,7 @@ CLASS_KEY = "connectql.toolkit.class"
 CONFIG_KEY = "connectql.toolkit.config"
 SECRET_PREFIX = "connectql.toolkit.secret."  # Spark redacts keys holding 'secret'
 MAX_RECORDS_KEY = "connectql.toolkit.max.records"
+MAX_BYTES_KEY = "connectql.toolkit.max.bytes"
 STREAM_KEY_KEY = "connectql.toolkit.stream.key"  # a sink's stream's key columns, JSON
 
 log = logging.getLogger("connectql.toolkit")
@@ -132,6 +134,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.one = options.get(ONE_OPTION) == "true"  # one table's records, packed
         given = int(options.get(MAX_RECORDS_KEY) or 0)
         self.max_records = given or source.default_max_records() or 0
+        self.max_bytes = int(options.get(MAX_BYTES_KEY) or 0)
         self.connector = options.get("connectql.connector") or type(source).__name__
         source.connector = options.get("connectql.connector") or ""
         source.checkpoint = options.get("connectql.checkpoint") or ""
@@ -149,6 +152,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict | None = None  # where a new query started (nothing to commit)
         self._committed: dict | None = None  # the last end source.commit took
         self.pacer = Pacer.of(source)
+        self.sizes = Learned(source.checkpoint, self.max_bytes) if self.max_bytes else None
 
     def initialOffset(self) -> dict:
         self._initial = retried(self.source, self.source.initial_offset)
@@ -186,6 +190,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if allowed < 1:
                 return start
             most = allowed if most is None else min(most, allowed)
+        if self.sizes is not None:
+            by_bytes = self.sizes.most_records()
+            most = by_bytes if most is None else min(most, by_bytes)
         if most is None:
             return latest
         end = self.source.end_offset(start, latest, most)
@@ -202,12 +209,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [InputPartition(json.dumps(p)) for p in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        tally = Tally()
+        yield from self._read(partition, tally)
+        if self.max_bytes:
+            tally.write(self.source.checkpoint, partition.value)
+
+    def _read(self, partition: InputPartition, tally: Tally) -> Iterator[pa.RecordBatch]:
         records = _first_retried(self.source, json.loads(partition.value))
         try:
             if self.tables is not None:
-                yield from self._packed(records)
+                yield from self._packed(records, tally)
                 return
-            yield from to_batches(records, self.arrow_schema, self.source.rows_per_batch, self._bad)
+            size = self.source.rows_per_batch
+            yield from tally.add(to_batches(records, self.arrow_schema, size, self._bad))
         except TableFailed as e:
             if self.tables is None or e.table not in self.tables or e.table in self.source.failed:
                 live = ", ".join(t for t in self.tables or () if t not in self.source.failed)
@@ -232,7 +246,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             " (errors.tolerance = 'all' sends such records to a dead-letter stream)"
         )
 
-    def _packed(self, records: Iterator[Any]) -> Iterator[pa.RecordBatch]:
+    def _packed(self, records: Iterator[Any], tally: Tally) -> Iterator[pa.RecordBatch]:
         """A several-table source's (table, records) pairs (a one-table source's records) as
         packed chunks, each table's dict records gathered into batches; its dead letters
         packed last."""
@@ -250,9 +264,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pending.append(value)
             if isinstance(value, dict) and len(pending) < size:
                 continue
-            yield from self._pack(table, rows.pop(table))
+            yield from self._pack(table, rows.pop(table), tally)
         for table, left in rows.items():
-            yield from self._pack(table, left)
+            yield from self._pack(table, left, tally)
         if letters:
             yield pack_letters(letters)
 
@@ -264,9 +278,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return record
 
-    def _pack(self, table: str, records: list) -> Iterator[pa.RecordBatch]:
+    def _pack(self, table: str, records: list, tally: Tally) -> Iterator[pa.RecordBatch]:
         schema = self.tables[table]
-        for batch in to_batches(records, schema, self.source.rows_per_batch, self._refuse):
+        batches = to_batches(records, schema, self.source.rows_per_batch, self._refuse)
+        for batch in tally.add(batches):
             yield pack(table, batch, schema)
 
     def commit(self, end: dict) -> None:

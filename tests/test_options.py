@@ -463,6 +463,7 @@ AUDIT = {
     "s3 sink file.max.records": "test_s3_sink.py::test_objects_named_by_template_roll_by_records_and_hold_every_row",
     "s3 sink file.flush.interval.ms": "test_s3_sink.py::test_file_flush_interval_rolls_objects_by_time",
     "s3 sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
+    "s3 sink streams": "test_s3_sink.py::test_a_sink_of_several_streams_puts_each_streams_objects_under_its_own_name",
     "postgres source host": "test_postgres.py::test_cdc_errors_name_the_problem",
     "postgres source port": "test_postgres.py::test_cdc_errors_name_the_problem",
     "postgres source user": "test_postgres.py::test_cdc_errors_name_the_problem",

@@ -14,8 +14,9 @@ from connectql.connectors import registry
 from connectql.errors import PlanError
 from connectql.planner.plan import _spec_text
 from connectql.runtime.ride import Ride
+from connectql.toolkit import Connector
 from tests.helpers import run, wait_until
-from tests.toolkit_connectors import written
+from tests.toolkit_connectors import Shelf, written
 
 EVENTS = "SELECT reason FROM connector_events WHERE connector = ? ORDER BY time"
 
@@ -72,6 +73,19 @@ def test_broken_plugins_are_listed_with_why_and_refused_at_create_only(plugins):
         match=r"connector type broken \(from fake-plugins 1.2.3\) cannot be used: cannot import",
     ):
         registry.lookup("broken", "source")
+
+
+def test_a_sinks_target_options_must_be_options_it_declares():
+    """target_options names the options that give each stream its own target; one that is
+    not an option of the sink (a typo) is a problem of the declaration, not a silent no-op."""
+
+    class Misnamed(Shelf):
+        target_options = {"folder": "{stream}"}
+
+    assert Connector("shelf", "a folder per stream", sink=Shelf).problems() == []
+    assert Connector("misnamed", "a typo", sink=Misnamed).problems() == [
+        "sink target_options names folder, not its options"
+    ]
 
 
 def test_the_http_api_lists_and_validates_a_plugin_from_its_declaration(plugins):
@@ -315,7 +329,11 @@ def test_a_sink_of_several_streams_writes_each_as_a_sink_of_its_own(plugins, wor
         what="both streams' schemas",
     )
     alike = f"streams = 'ks_*', path = '{out}', opened = '{opened}', rounds = '{rounds}'"
-    with pytest.raises(PlanError, match=r"streams ks_a and ks_b would be written alike: give"):
+    with pytest.raises(
+        PlanError,  # the option named is the one its target_options declares
+        match=r"streams ks_a and ks_b would be written alike: give path a \$\{table\} or"
+        r" \$\{stream\} so that each stream has its own",
+    ):
         run(worker, f"CREATE SINK CONNECTOR x TO shelf WITH ({alike})")
     assert "x" not in {c.name for c in worker.catalog.connectors()}
     per_stream = alike.replace(f"path = '{out}'", f"path = '{out}/${{stream}}'")

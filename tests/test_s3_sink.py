@@ -205,3 +205,52 @@ def test_an_object_bigger_than_s3_copies_in_one_request_is_refused(s3server, buc
         sink.stage("w", 0, 0, TABLE)
     staged = sink.stage("w", 1, 0, TABLE.slice(0, 2))
     assert [(task, records) for task, _key, records in staged] == [(0, 2)]
+
+
+def test_a_sink_of_several_streams_puts_each_streams_objects_under_its_own_name(
+    worker,
+    s3server,  # noqa: F811
+    bucket,  # noqa: F811
+):
+    """streams = 'sm_*': one s3 sink writes each stream's records once, under the {stream}
+    of its object names, the streams there at CREATE and one created after the sink started;
+    a template without {stream} would write them alike and is refused, naming the option."""
+
+    def source(stream: str, first: int, total: int) -> str:
+        return (
+            f"CREATE SOURCE CONNECTOR {stream}_gen FROM datagen INTO {stream} WITH (run = 'once',"
+            f" 'rows.total' = {total}, fields = 'id BIGINT SEQUENCE({first})');"
+        )
+
+    opts = {**s3server.options(), "bucket": bucket, "format": "jsonl", "prefix": "out/"}
+    given = ", ".join(f"'{k}' = '{v}'" for k, v in opts.items())
+    run(worker, source("sm_a", 100, 5) + source("sm_b", 200, 4))
+    sink = f"CREATE SINK CONNECTOR out TO s3 WITH ({given}, streams = 'sm_*'"
+    alike = "'file.name.template' = '{partition}/{start_offset}.{ext}'"
+    with pytest.raises(
+        ConnectQLError,
+        match=r"streams sm_a and sm_b would be written alike: give file.name.template a"
+        r" \{stream\} so that each stream has its own",
+    ):
+        run(worker, f"{sink}, {alike})")
+    assert not worker.catalog.has_connector("out")
+    run(worker, f"{sink})")
+    fs = s3server.filesystem()
+
+    def ids() -> dict[str, list[int]]:  # each data object's ids, gathered by its first part
+        found: dict[str, list[int]] = {}
+        for key, body in sorted(objects(fs, bucket).items()):
+            lines = body.decode().splitlines()
+            found.setdefault(key.split("/")[1], []).extend(json.loads(x)["id"] for x in lines)
+        return found
+
+    want = {"sm_a": list(range(100, 105)), "sm_b": list(range(200, 204))}
+    wait_until(lambda: ids() == want, 60, 0.5, "sm_a and sm_b under their names", ids)
+    run(worker, source("sm_c", 300, 3))  # created after the sink started: it joins
+    want["sm_c"] = list(range(300, 303))
+    wait_until(lambda: ids() == want, 60, 0.5, "sm_c, created later, under its name", ids)
+    assert all(k.startswith("out/sm_") for k in objects(fs, bucket)), list(objects(fs, bucket))
+    assert worker.catalog.get_connector("out").streams == ["sm_a", "sm_b", "sm_c"]
+    events = run(worker, "SELECT reason FROM connector_events WHERE connector = 'out'")[0].rows
+    assert ("follows stream sm_c, created later",) in events, events
+    assert ids() == want  # still each record once

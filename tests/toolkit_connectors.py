@@ -324,6 +324,7 @@ class Shelf(Opened):
 
     options = (*Opened.options, Option("rounds", required=True, doc="a file: a line per round"))
     several = True
+    target_options = {"path": ""}  # a folder per stream: path = '.../${stream}'
 
     @classmethod
     @contextlib.contextmanager

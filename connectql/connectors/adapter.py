@@ -49,6 +49,7 @@ def plugin_of(connector: Connector, origin: str = "built-in") -> Plugin:
         if sink
         else None,
         delivery=sink.delivery if sink else "",
+        target_options=dict(sink.target_options) if sink else {},
         origin=origin,
         on_drop=lambda opts, name, kind: _dropped(connector, opts, name, kind),
     )

@@ -81,6 +81,9 @@ class Plugin:
     # 'source' or 'sink') -> what it did, or None
     on_drop: Callable[[dict[str, Any], str, str], str | None] | None = None
     delivery: str = ""  # what a sink promises: 'exactly-once', 'idempotent' or 'at-least-once'
+    # a sink of several streams: the options naming each stream's target, with the sink's own
+    # mark for the stream's name in them ('' for none), e.g. {'file.name.template': '{stream}'}
+    target_options: dict[str, str] = field(default_factory=dict)
     installed: bool = True
     aliases: tuple[str, ...] = ()
     origin: str = "built-in"  # or the package that provides it: 'name version'

@@ -42,6 +42,31 @@ def streams_items(given) -> tuple[str, ...]:
     return patterns(str(given)) or (str(given).strip(),)
 
 
+def target_key(plugin, opts: dict[str, Any], stream: str) -> str:
+    """What tells one stream's target from another's: its options (${stream} and ${table}
+    filled in) with the marks the sink fills in itself (its target_options, e.g. the s3 sink's
+    '{stream}' in file.name.template) filled in too."""
+    marks = plugin.target_options
+    return json.dumps(
+        {
+            k: v.replace(marks[k], stream) if marks.get(k) and isinstance(v, str) else v
+            for k, v in opts.items()
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+def naming(plugin, specs) -> str:
+    """What to give a sink of several streams so that each stream has a target of its own:
+    its target_options with their marks (else its required text options, as likely names)."""
+    marks = plugin.target_options or {
+        o.name: "" for o in specs.values() if o.required and o.type == "string"
+    }
+    either = "${table} or ${stream}"
+    return " or ".join(f"{k} a {m or either}" for k, m in marks.items()) or f"an option a {either}"
+
+
 def routed_specs(plugin, resolved: dict[str, Any], names: list[str], ctx, entry, where: str):
     """(reader, writer) of a sink of several streams: one WriterSpec per stream, as a
     one-stream sink of it would have, packed into one writer that routes each stream's rows.
@@ -60,13 +85,11 @@ def routed_specs(plugin, resolved: dict[str, Any], names: list[str], ctx, entry,
         if stream is None or not stream.schema:
             raise PlanError(f"{where}: stream '{name}' does not exist any more (or has no schema)")
         opts = filled(resolved, name, ctx.source_tables.get(name, name), secret)
-        same = seen.setdefault(json.dumps(opts, sort_keys=True, default=str), name)
+        same = seen.setdefault(target_key(plugin, opts, name), name)
         if same != name:
-            named = [o.name for o in specs.values() if o.required and o.type == "string"]
             raise PlanError(
                 f"{where}: streams {same} and {name} would be written alike: give"
-                f" {' or '.join(named) or 'an option'} a ${{table}} or ${{stream}} so that each"
-                " stream has its own"
+                f" {naming(plugin, specs)} so that each stream has its own"
             )
         specs_of.append((stream, plugin.plan_sink(opts, stream)))
     paths = {n: ctx.streams[n].path for n in names if n in ctx.streams}

@@ -40,6 +40,11 @@ class Connector:
             found.append(
                 f"sink delivery {self.sink.delivery!r} is not one of {', '.join(DELIVERIES)}"
             )
+        if self.sink is not None and _subclass(self.sink, Sink):
+            declared = {o.name for o in self.sink.options}
+            unknown = [k for k in self.sink.target_options if k not in declared]
+            if unknown:
+                found.append(f"sink target_options names {', '.join(unknown)}, not its options")
         return found
 
 

@@ -55,12 +55,14 @@ Sink per stream from the options with ``${stream}`` (the stream's name) and ``${
 source table it carries) filled in (e.g. ``table = 'out_${table}'``), each told its own stream's
 key and given a writer id of its own, so that each stream is written exactly once as by a sink
 of its own. ``together(sinks)`` wraps each round of calls to them in one process.
+``target_options`` says which options name each stream's target, so that CREATE can refuse
+streams that would all go to one.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -125,6 +127,13 @@ class Sink:
     rejects: ClassVar[bool] = False
     #: whether it may write several streams in one query (option streams; see above)
     several: ClassVar[bool] = False
+    #: with `several`: the options that name where a stream's records go (a table, a topic, a
+    #: path, an object name template), each with the sink's own mark for the stream's name in
+    #: it, filled in by the sink itself ('' when it has none: ${stream} and ${table} are filled
+    #: in every option), e.g. {'table': ''} or {'file.name.template': '{stream}'}. CREATE
+    #: refuses a sink of several streams whose streams' options, marks filled in, come out the
+    #: same (they would be written alike, into one target), naming these options.
+    target_options: ClassVar[Mapping[str, str]] = {}
     #: the lease epoch of the worker that runs the sink (set by the toolkit on the driver; None
     #: without a lease): a standby that takes over has a higher one, and an exactly-once sink
     #: records it with the batch and refuses to write when the target holds a higher one for

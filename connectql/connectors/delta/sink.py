@@ -46,6 +46,7 @@ class DeltaSink(Sink):
     options = SINK_OPTIONS
     delivery = "exactly-once"
     several = True  # streams = 'shop_*' with path = '/lake/${table}': a table per stream
+    target_options = {"path": ""}
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)

@@ -46,6 +46,7 @@ class IcebergSink(Sink):
     options = SINK_OPTIONS
     delivery = "exactly-once"
     several = True  # streams = 'shop_*' with table = 'shop.${table}': a table per stream
+    target_options = {"table": ""}
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)

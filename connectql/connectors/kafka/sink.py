@@ -81,6 +81,7 @@ class KafkaSink(Sink):
     options = SINK_OPTIONS
     delivery = "exactly-once"
     several = True  # streams = 'shop_*' with topic = 'shop.${table}': a topic per stream
+    target_options = {"topic": ""}
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)

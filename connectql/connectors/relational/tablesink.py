@@ -31,6 +31,7 @@ class TableSink(Sink):
     delivery = "exactly-once"
     rejects = True
     several = True
+    target_options = {"table": ""}
     target: ClassVar[type[Target]]
     database: ClassVar[str]
     #: the option naming the tables' container, and split('c.t', default) -> (container, table)

@@ -70,6 +70,9 @@ class S3Sink(Sink):
 
     options = SINK_OPTIONS
     delivery = "exactly-once"
+    #: streams = 'shop_*': each stream's objects named by the template's {stream}
+    several = True
+    target_options = {"file.name.template": "{stream}"}
     #: the commit publishes each object with one server-side copy (CopyObject), and S3 copies
     #: at most 5 GiB in one request
     COPY_LIMIT = 5 * 1024**3

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import threading
 import uuid
 from collections import Counter
 
@@ -22,7 +23,8 @@ import redis
 from connectql.connectors.nats.sink import BUCKET, NatsSink, _keys
 from connectql.connectors.nats.source import NatsSource
 from connectql.errors import ConnectQLError
-from connectql.toolkit.testing import SinkRun, SourceRun
+from connectql.toolkit import Retryable
+from connectql.toolkit.testing import SinkRun, SourceRun, options_of
 from tests.crash import killed_once, resumed_until
 from tests.helpers import read_parquet_rows, run, wait_until
 from tests.servers import free_port
@@ -184,6 +186,131 @@ def test_nats_to_nats_through_sql_with_dead_letters(worker, subjects):
     assert nats_call(left) == []
 
 
+class CoreListener:
+    """A plain nats-py subscriber to a core subject in a thread of its own: `got` holds the
+    messages (data, headers) it has received. Stopped by `close` (the thread joined)."""
+
+    def __init__(self, subject: str):
+        self.got: list[tuple[bytes, dict | None]] = []
+        self._ready, self._stop = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._listen(subject),))
+        self._thread.start()
+        assert self._ready.wait(10), "the listener did not subscribe"
+
+    async def _listen(self, subject: str) -> None:
+        nc = await nats.connect(URL)
+
+        async def got(msg):
+            self.got.append((msg.data, msg.headers))
+
+        await nc.subscribe(subject, cb=got)
+        await nc.flush()
+        self._ready.set()
+        while not self._stop.is_set():
+            await asyncio.sleep(0.05)
+        await nc.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def core_publish(subject: str, ids) -> None:
+    """JSON messages {"id", "name"} published to a core subject (no JetStream), flushed."""
+
+    async def go():
+        nc = await nats.connect(URL)
+        for i in ids:
+            await nc.publish(subject, json.dumps({"id": i, "name": f"n{i}"}).encode())
+        await nc.flush()
+        await nc.close()
+
+    asyncio.run(go())
+
+
+CORE_TOTAL = 2000
+
+
+def test_core_nats_through_sql_each_message_once_while_running(worker):
+    """mode = 'core': what is published to a subject no JetStream stream holds, while the
+    source is subscribed, is in the stream once each (spooled, no replay needed), and the core
+    sink's messages reach a plain subscriber; the plugin says at-most-once; a wrong mode and a
+    core source run once are refused, naming what is wrong."""
+    prefix = f"cqcore{uuid.uuid4().hex[:8]}"
+    listener = CoreListener(f"{prefix}.out")
+    try:
+        run(
+            worker,
+            f"""
+            CREATE SOURCE CONNECTOR cin FROM nats INTO cmsgs WITH (url = '{URL}', mode = 'core',
+              subject = '{prefix}.in', schema = 'id BIGINT, name STRING', 'poll.interval.ms' = 50);
+            CREATE SINK CONNECTOR cout TO nats FROM cmsgs WITH (url = '{URL}', mode = 'core',
+              subject = '{prefix}.out');
+            """,
+        )
+        probes = iter(range(-1, -10_000, -1))  # published until one comes out: both run
+
+        def through() -> bool:
+            core_publish(f"{prefix}.in", [next(probes)])
+            return bool(listener.got)
+
+        wait_until(through, 120, what="a probe through source and sink", every=0.5)
+        core_publish(f"{prefix}.in", range(CORE_TOTAL))
+        ids = lambda: [json.loads(d)["id"] for d, _h in listener.got if json.loads(d)["id"] >= 0]  # noqa: E731
+        wait_until(lambda: len(ids()) >= CORE_TOTAL, 60, what="every message out")
+    finally:
+        listener.close()
+    assert Counter(ids()) == Counter(range(CORE_TOTAL))  # each once (no batch was replayed)
+    assert listener.got[-1][1]["Nats-Msg-Id"].count("-") >= 2  # a row id, for de-duplication
+    stream = read_parquet_rows(worker.home / "streams/cmsgs", "SELECT id, __topic FROM t")
+    assert Counter(i for i, _t in stream if i >= 0) == Counter(range(CORE_TOTAL))
+    assert {t for _i, t in stream} == {f"{prefix}.in"}
+    described = run(worker, "DESCRIBE PLUGIN nats")[0]
+    assert "mode = 'core'" in described.title and "at-most-once" in described.title
+    with pytest.raises(ConnectQLError, match="option 'mode' must be one of 'jetstream', 'core'"):
+        run(worker, "CREATE SOURCE CONNECTOR x FROM nats INTO y WITH (subject = 'a', mode = 'cor')")
+    with pytest.raises(ConnectQLError, match="mode = 'core' has nothing to read once"):
+        run(
+            worker,
+            "CREATE SOURCE CONNECTOR x FROM nats INTO y WITH (subject = 'a', mode = 'core',"
+            " format = 'text', run = 'once')",
+        )
+
+
+def test_a_core_source_that_loses_its_server_says_so_and_leaves_no_thread(tmp_path):
+    """The driver's side of mode = 'core' against a private server stopped under it: the next
+    look raises Retryable naming the server (the connector shows RESTARTING and its restart
+    subscribes again), and close leaves no thread behind."""
+    port = free_port()
+    server = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"nats://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _quietly(lambda: asyncio.run(_connected(url))), 30, what="nats-server")
+        options = {"url": url, "subject": "lost.>", "mode": "core", "format": "text"}
+        source = NatsSource(options_of(NatsSource, options))
+        source.checkpoint = str(tmp_path)
+        before = set(threading.enumerate())
+        assert source.latest_offset({"n": 0}) == {"n": 0}  # subscribed
+        server.terminate()
+        server.wait(timeout=30)
+
+        def lost() -> str | None:
+            try:
+                source.latest_offset({"n": 0})
+            except Retryable as e:
+                return str(e)
+            return None
+
+        assert wait_until(lost, 10, what="the lost server") == f"nats source: lost 127.0.0.1:{port}"
+        source.close()
+        assert set(threading.enumerate()) <= before
+    finally:
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=30)
+
+
 def test_a_source_starting_at_latest_reads_only_later_messages_as_text(spark, subjects, tmp_path):
     subject = f"{subjects}.t"
     publish(subject, range(3))
@@ -228,6 +355,11 @@ def nats_with_users(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+async def _connected(url: str) -> None:
+    nc = await nats.connect(url)
+    await nc.close()
 
 
 def _quietly(f) -> bool:

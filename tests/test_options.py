@@ -555,6 +555,7 @@ _NATS_READ = _NATS + "test_a_source_reads_each_message_once_across_stops_and_a_r
 _NATS_LATEST = _NATS + "test_a_source_starting_at_latest_reads_only_later_messages_as_text"
 _NATS_AUTH = _NATS + "test_a_user_and_password_reach_a_server_that_asks_and_stay_secret"
 _NATS_ROUTES = _NATS + "test_a_sink_routes_rows_by_a_column_and_writes_bytes"
+_NATS_CORE = _NATS + "test_core_nats_through_sql_each_message_once_while_running"
 AUDIT |= {
     "nats source url": _NATS_AUTH,
     "nats source user": _NATS_AUTH,
@@ -566,12 +567,14 @@ AUDIT |= {
     + "test_nats_to_redis_in_a_killed_worker_delivers_every_message_once",
     "nats source poll.interval.ms": _NATS + "test_nats_to_nats_through_sql_with_dead_letters",
     "nats source batch.max.records": _NATS_READ,
+    "nats source mode": _NATS_CORE,
     "nats sink url": _NATS_AUTH,
     "nats sink user": _NATS_AUTH,
     "nats sink password": _NATS_AUTH,
     "nats sink subject": _NATS + "test_an_idempotent_sink_publishes_each_row_once_across_replays",
     "nats sink subject.column": _NATS_ROUTES,
     "nats sink format": _NATS_ROUTES,
+    "nats sink mode": _NATS_CORE,
     "nats sink tasks.max": "test_options.py::test_a_sinks_tasks_max_caps_its_writers",
 }
 _MQTT = "test_mqtt.py::"

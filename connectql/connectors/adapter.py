@@ -148,8 +148,8 @@ def plan_source(connector: Connector, opts: dict[str, Any], name: str = "") -> R
         "connectql_toolkit",
         options,
         discover=lambda: _found(where, source, call),
-        lag_field=connector.source.lag_field,
-        lag_bytes_field=connector.source.lag_bytes_field,
+        lag_field=source.lag_field,  # the instance's: it may depend on the options
+        lag_bytes_field=source.lag_bytes_field,
         count_rows=lambda: call(where, source.total_records),
         secret_options=_hidden(options),
         # one table's records that do not parse travel in this column; several tables' are

@@ -104,8 +104,9 @@ class Source:
     #: the connector's own options (the common ones, run, tasks.max, errors.*, come for free)
     options: ClassVar[Sequence[Option]] = ()
     #: a numeric key of the offset dict counting records: lag = latest[lag_field] -
-    #: end[lag_field]; pacing (records_per_second) counts records by it too
-    lag_field: ClassVar[str | None] = None
+    #: end[lag_field]; pacing (records_per_second) counts records by it too (set it in
+    #: __init__ when the offsets' shape depends on the options)
+    lag_field: str | None = None
     #: a numeric key of the offset dict counting bytes: lag_bytes = latest[lag_bytes_field] -
     #: end[lag_bytes_field], shown as connectors.lag_bytes (None: the column stays NULL)
     lag_bytes_field: ClassVar[str | None] = None

@@ -10,6 +10,10 @@ time, and a killed worker loses nothing the broker was told it has.
         ...
     spool.drop_through(end)                # driver, in commit: they are in the stream
 
+A source mixes in SpooledSource for the offsets, partitions and reads of a spool, and runs a
+Spooler in the driver: the broker's client hands it each message (`put`), and its thread appends
+them a group at a time and only then acknowledges them (where the broker waits for that).
+
 Records are bytes. A segment is one append: `<first position, 20 digits>.seg`, each record a
 4-byte big-endian length and its bytes. Positions count records from 0 (the spool's end is the
 number of records ever appended); a segment is deleted once every record in it is committed."""
@@ -18,10 +22,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import queue
 import struct
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 _LENGTH = struct.Struct(">I")
 SUFFIX = ".seg"
@@ -188,3 +195,98 @@ class Spooled(NamedTuple):
     key: str | None = None
     headers: dict[str, str] | None = None
     timestamp_us: int | None = None
+
+
+# ------------------------------------------------------------------ the receiving thread
+GROUP = 10_000  # messages spooled (and acknowledged) together at most
+QUIET_S = 0.5  # after the start, no message for this long: what the broker kept is spooled
+POLL_S = 0.2
+
+
+class Spooler:
+    """The driver's thread that fills a SpooledSource's spool from a broker's client:
+
+        spooler = Spooler(source, lambda m, now: Spooled(m.topic, m.payload, timestamp_us=now),
+                          acknowledge=lambda group: ...)  # None: the broker waits for none
+        client.on_message = spooler.put   # any thread
+        spooler.start()                   # in the first latest_offset
+        spooler.settled.wait(30)          # what the broker kept for the source is spooled
+        spooler.check()                   # each latest_offset: raise what failed
+        spooler.stop()                    # close: what was received is spooled, then it ends
+
+    Messages are appended a group at a time (at most GROUP; `spooled(message, now_us)` makes
+    each a Spooled), durably, and only then passed to `acknowledge`, so a broker that resends
+    what was not acknowledged loses nothing across kill -9. `settled` is set once nothing has
+    arrived for QUIET_S seconds after the start. An error of the thread, or one the client
+    reports with `fail` (a lost connection), is raised by `check` from then on: the query fails
+    and its restart makes a new source."""
+
+    def __init__(
+        self,
+        source: SpooledSource,
+        spooled: Callable[[Any, int], Spooled],
+        acknowledge: Callable[[list], None] | None = None,
+        name: str = "spool",
+    ):
+        self.source, self.spooled, self.acknowledge = source, spooled, acknowledge
+        self.settled, self._stop = threading.Event(), threading.Event()
+        self._received: queue.SimpleQueue = queue.SimpleQueue()
+        self._failed: list[Exception] = []
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def put(self, message: Any) -> None:
+        """A message received (any thread)."""
+        self._received.put(message)
+
+    def fail(self, error: Exception) -> None:
+        """The client cannot go on (e.g. its connection is lost): `check` raises `error`."""
+        if not self._stop.is_set():
+            self._failed.append(error)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def check(self) -> None:
+        if self._failed:
+            raise self._failed[0]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Spool (and acknowledge) what was received, then end the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        began = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                taken = self._take(POLL_S, GROUP)
+                if taken:
+                    self._append(taken)
+                elif time.monotonic() - began > QUIET_S:
+                    self.settled.set()
+            left = self._received.qsize()  # what was put before the stop, not what comes after
+            while left > 0 and (taken := self._take(None, min(left, GROUP))):
+                self._append(taken)
+                left -= len(taken)
+        except Exception as e:  # noqa: BLE001 (raised by the next check)
+            self._failed.append(e)
+
+    def _take(self, wait_s: float | None, most: int) -> list:
+        """Up to `most` messages, waiting up to `wait_s` for the first (None: not at all)."""
+        try:
+            taken = [self._received.get(wait_s is not None, wait_s)]
+        except queue.Empty:
+            return []
+        while len(taken) < most:
+            try:
+                taken.append(self._received.get_nowait())
+            except queue.Empty:
+                break
+        return taken
+
+    def _append(self, taken: list) -> None:
+        now = time.time_ns() // 1000
+        self.source.spool_messages([self.spooled(m, now) for m in taken])
+        if self.acknowledge is not None:
+            self.acknowledge(taken)  # only once they are on disk

@@ -7,9 +7,6 @@ sent again by the broker to the same session: at-least-once."""
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
 from typing import Any
 
 from connectql.config import Option
@@ -19,11 +16,9 @@ from connectql.toolkit.messages import (
     ValueFormat,
     format_options,
 )
-from connectql.toolkit.spool import Spooled, SpooledSource
+from connectql.toolkit.spool import Spooled, SpooledSource, Spooler
 
-GROUP = 10_000  # messages spooled (and acknowledged) together at most
 SETTLE_S = 30.0  # the longest a query's first look waits for the session's backlog
-QUIET_S = 0.5  # after subscribing, no message for this long: the backlog is in
 SOURCE_OPTIONS = (
     *CONNECTION,
     Option("topic", required=True, doc="the topic filter to subscribe to (+ and # allowed)"),
@@ -53,12 +48,10 @@ class MqttSource(SpooledSource, Source):
                 " messages to infer it from)"
             )
         self._client = None
-        self._received: queue.Queue = queue.Queue()
-        self._failed: list[Exception] = []
+        self._spooler: Spooler | None = None
 
-    def __getstate__(self):  # what goes to Spark's workers: no client, no queue, no thread
-        state = {**self.__dict__, "_client": None, "_received": None, "_failed": []}
-        return {k: v for k, v in state.items() if k not in ("_stop", "_spooler", "_idle")}
+    def __getstate__(self):  # what goes to Spark's workers: no client, no thread
+        return {**self.__dict__, "_client": None, "_spooler": None}
 
     def endpoint(self) -> str:
         return where(self.options)
@@ -75,66 +68,42 @@ class MqttSource(SpooledSource, Source):
     # ----------------------------------------------------------------- offsets (driver)
     def latest_offset(self, start: dict) -> dict:
         self._subscribed()
-        if self._failed:
-            raise self._failed[0]
+        self._spooler.check()
         return self.spooled_offset(start)
 
     def _subscribed(self) -> None:
         """The client subscribed and the spooler running (once per driver process)."""
         if self._client is not None:
             return
-        self._stop = threading.Event()
+        self._spooler = Spooler(self, _spooled, self._acknowledge, "mqtt-spool")
         client = connected(
             self.options,
             self._client_id(),
             "mqtt source",
             clean=False,
-            on_message=lambda _c, _u, message: self._received.put(message),
+            on_message=lambda _c, _u, message: self._spooler.put(message),
             manual_ack=True,
         )
         client.on_disconnect = self._lost
         client.subscribe(self.options["topic"], self.options["qos"])
-        self._client, self._idle = client, threading.Event()
-        self._spooler = threading.Thread(target=self._spool_loop, name="mqtt-spool", daemon=True)
+        self._client = client
         self._spooler.start()
         # what the broker kept for the session is spooled first (so run = 'once' reads it)
-        self._idle.wait(SETTLE_S)
+        self._spooler.settled.wait(SETTLE_S)
+
+    def _acknowledge(self, messages: list) -> None:
+        for m in messages:
+            self._client.ack(m.mid, m.qos)
 
     def _lost(self, _client, _userdata, _flags, reason, _properties) -> None:
         """The broker went away: paho would reconnect in silence, so the next look fails
         instead, naming the broker (the connector shows RESTARTING; its restart connects
         again, the persistent session keeping what was published meanwhile)."""
-        if not self._stop.is_set():
-            self._failed.append(Retryable(f"mqtt source: lost {where(self.options)}: {reason}"))
-
-    def _spool_loop(self) -> None:
-        """Received messages appended to the spool a group at a time, then acknowledged (the
-        broker sends a session only so many unacknowledged ones at once)."""
-        began = time.monotonic()
-        try:
-            while not self._stop.is_set():
-                try:
-                    taken = [self._received.get(timeout=0.2)]
-                except queue.Empty:
-                    if time.monotonic() - began > QUIET_S:
-                        self._idle.set()  # nothing arrived for a while: what was kept is spooled
-                    continue
-                while len(taken) < GROUP:
-                    try:
-                        taken.append(self._received.get_nowait())
-                    except queue.Empty:
-                        break
-                now = time.time_ns() // 1000
-                self.spool_messages([Spooled(m.topic, m.payload, timestamp_us=now) for m in taken])
-                for m in taken:  # only once they are on disk
-                    self._client.ack(m.mid, m.qos)
-        except Exception as e:  # noqa: BLE001 (raised by the next latest_offset)
-            self._failed.append(e)
+        self._spooler.fail(Retryable(f"mqtt source: lost {where(self.options)}: {reason}"))
 
     def close(self) -> None:
         if self._client is not None:
-            self._stop.set()
-            self._spooler.join(timeout=10)
+            self._spooler.stop()  # what was received spooled and acknowledged
             self._client.disconnect()  # sent after the acknowledgements queued before it
             self._client.loop_stop()
             self._client = None
@@ -143,3 +112,7 @@ class MqttSource(SpooledSource, Source):
         """End the persistent session: the broker forgets its queued messages."""
         connected(self.options, self._client_id(connector), "mqtt source").disconnect()
         return f"ended the broker's session {self._client_id(connector)}"
+
+
+def _spooled(message, now_us: int) -> Spooled:
+    return Spooled(message.topic, message.payload, timestamp_us=now_us)

@@ -14,6 +14,7 @@ from connectql.toolkit import Retryable
 
 T = TypeVar("T")
 DEFAULT_URL = "nats://127.0.0.1:4222"
+MODES = ("jetstream", "core")
 CONNECTION = (
     Option("url", default=DEFAULT_URL, doc="the server(s): nats://host:port, a comma list"),
     Option("user", doc="the user (absent: none, or the url's)"),
@@ -29,6 +30,12 @@ def call(options: dict[str, Any], what: str, body: Callable[[Any], Awaitable[T]]
     """`body(nc)` on a connection to the server the options name, within CALL_S; `what` names
     the caller in errors."""
     return asyncio.run(_bounded(options, what, body))
+
+
+def held(options: dict[str, Any], what: str, body: Callable[[Any], Awaitable[T]]) -> T:
+    """`body(nc)` on a connection it may hold as long as it likes (a subscription), in the
+    calling thread; the connection closed when it returns."""
+    return asyncio.run(_with_connection(options, what, body))
 
 
 async def _bounded(options, what, body):
@@ -67,6 +74,11 @@ async def _with_connection(options, what, body):
             await asyncio.wait_for(nc.close(), CLOSE_S)
         except (asyncio.TimeoutError, ConnectionClosedError):
             pass
+
+
+async def reachable(nc) -> None:
+    """A call's body that only proves the server answers (a round trip)."""
+    await nc.flush(CONNECT_S)
 
 
 async def _quiet(_error) -> None:

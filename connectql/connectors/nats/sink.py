@@ -3,7 +3,12 @@ the writer, the batch and the row (toolkit row_ids), each publish acknowledged b
 then the batch id put in the key-value bucket `connectql_progress`. A batch Spark replays after
 a crash is skipped when the bucket has it; one that crashed between its publishes and that put
 is published again and the server drops the messages it already has, within the stream's
-duplicate window (two minutes by default)."""
+duplicate window (two minutes by default).
+
+With mode = 'core' the rows are published as plain core NATS messages (with the same
+Nats-Msg-Id header, for subscribers to drop a replayed batch's repeats), flushed to the server
+before the batch commits, and no progress is kept (core NATS has no bucket): the server hands
+each message to the subscribers connected then and keeps nothing, at-most-once."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectql.config import Option
-from connectql.connectors.nats.client import CONNECTION, call, where
+from connectql.connectors.nats.client import CONNECT_S, CONNECTION, MODES, call, reachable, where
 from connectql.toolkit import Sink, ValidationError
 from connectql.toolkit.messages import (
     HEADERS,
@@ -31,6 +36,16 @@ SINK_OPTIONS = (
     *CONNECTION,
     Option("subject", doc="the subject to publish to (or subject.column)"),
     Option("subject.column", doc="a column holding each row's subject (instead of subject)"),
+    Option(
+        "mode",
+        "enum",
+        "jetstream",
+        choices=MODES,
+        doc="jetstream: publish to a JetStream stream's subject, each message acknowledged and"
+        " de-duplicated by its Nats-Msg-Id (idempotent); core: plain core NATS messages, no"
+        " JetStream: at-most-once (only the subscribers connected then receive them; a batch"
+        " replayed after a crash is published again)",
+    ),
     *format_options("sink"),
 )
 
@@ -42,6 +57,7 @@ class NatsSink(Sink):
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
         self.format = ValueFormat.of(options, "nats sink")
+        self.core = options.get("mode") == "core"
 
     def endpoint(self) -> str:
         return where(self.options)
@@ -49,7 +65,9 @@ class NatsSink(Sink):
     def check(self, schema: pa.Schema) -> None:
         check_destination(self.options, schema, "nats sink", "subject")
         self.format.check_rows(schema, "nats sink")
-        if self.options.get("subject"):
+        if self.core:
+            self._call(reachable)  # reachable, the credentials taken
+        elif self.options.get("subject"):
             self._call(self._held, self.options["subject"])
 
     async def _held(self, nc, subject: str) -> str:
@@ -60,10 +78,14 @@ class NatsSink(Sink):
         except NotFoundError:
             raise ValidationError(
                 f"nats sink: no JetStream stream holds subject '{subject}' (add one, e.g."
-                f" `nats stream add --subjects '{subject}'`)"
+                f" `nats stream add --subjects '{subject}'`, or publish at most once with"
+                " mode = 'core')"
             ) from None
 
     def last_batch(self, writer: str) -> int | None:
+        if self.core:
+            return None  # nothing kept: a replayed batch is published again
+
         async def get(nc):
             from nats.js.errors import KeyNotFoundError
 
@@ -79,6 +101,11 @@ class NatsSink(Sink):
     def write(self, writer: str, batch_id: int, data: pa.Table) -> None:
         messages = self._messages(writer, batch_id, data)
 
+        async def publish_core(nc):
+            for subject, value, headers in messages:
+                await nc.publish(subject, value, headers=headers)
+            await nc.flush(CONNECT_S)  # the server has them all
+
         async def publish(nc):
             js = nc.jetstream()
             for at in range(0, len(messages), IN_FLIGHT):
@@ -90,7 +117,7 @@ class NatsSink(Sink):
             kv = await _bucket(nc)
             await kv.put(self._progress_key(writer), str(batch_id).encode())
 
-        self._call(publish)
+        self._call(publish_core if self.core else publish)
 
     def _messages(self, writer, batch_id, data: pa.Table) -> list[tuple[str, bytes, dict]]:
         values = self.format.encode(data)
@@ -106,6 +133,9 @@ class NatsSink(Sink):
         return f"{self.connector or 'test'}.{writer}"
 
     def on_drop(self, connector: str) -> str | None:
+        if self.core:
+            return None
+
         async def purge(nc):
             kv = await _bucket(nc)
             removed = 0

@@ -304,17 +304,21 @@ def _pump(source: socket.socket, target: socket.socket) -> None:
 
 def test_a_stream_queue_source_shows_an_outage_and_resumes_by_itself(worker, queues):
     """The broker goes away (its relay cut): the connector shows RESTARTING naming it; back,
-    the connector resumes by itself from its offset, each message once."""
+    the connector resumes by itself from its offset, each message once. Its json schema is
+    inferred from the stream queue's messages at CREATE (a classic queue's must be given)."""
     q, relay = queues("outage", **{"x-queue-type": "stream"}), Relay()
+    classic = queues("outage-classic")
     publish(q, range(300))
+    url = f"amqp://guest:guest@127.0.0.1:{relay.port}/%2F"
+    with pytest.raises(ConnectQLError, match=f"needs schema = '...' for a classic.*'{classic}'"):
+        run(worker, f"CREATE SOURCE CONNECTOR c FROM rabbitmq INTO c WITH (url = '{url}', queue = '{classic}')")  # fmt: skip
     try:
         run(
             worker,
-            f"""CREATE SOURCE CONNECTOR sgone FROM rabbitmq INTO gone WITH (
-              url = 'amqp://guest:guest@127.0.0.1:{relay.port}/%2F', queue = '{q}',
-              schema = 'id BIGINT, name STRING', 'errors.retry.backoff.ms' = 300,
-              'errors.retry.max' = 50)""",
+            f"""CREATE SOURCE CONNECTOR sgone FROM rabbitmq INTO gone WITH (url = '{url}',
+              queue = '{q}', 'errors.retry.backoff.ms' = 300, 'errors.retry.max' = 50)""",
         )
+        assert worker.catalog.get_stream("gone").schema.startswith("`id` BIGINT, `name` STRING, ")
         ids = lambda: stream_ids(worker.home, "gone")  # noqa: E731
         connector = lambda: worker.catalog.get_connector("sgone")  # noqa: E731
         wait_until(lambda: len(ids()) >= 300, 120, what="the first messages", diagnose=connector)

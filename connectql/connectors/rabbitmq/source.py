@@ -23,6 +23,7 @@ from connectql.connectors.rabbitmq.client import CONNECTION, connect, where
 from connectql.toolkit import Source, ValidationError
 from connectql.toolkit.messages import (
     HEADERS,
+    INFER_MESSAGES,
     KEY,
     POSITION,
     TIMESTAMP,
@@ -76,15 +77,12 @@ class RabbitSource(SpooledSource, Source):
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
         self.format = ValueFormat.of(options, "rabbitmq source")
-        if self.format.name == "json" and self.format.schema is None:
-            raise ValidationError(
-                "rabbitmq source: format = 'json' needs schema = '...' (a queue cannot replay"
-                " messages to infer it from)"
-            )
         self.start_at = stream.start_spec(options.get("stream.offset") or "first")
         self._stream: bool | None = {"stream": True, "classic": False}.get(
             options.get("queue.type") or "auto"
         )
+        if self._stream is False:
+            self._schema_given()
         self._initial: dict | None = None
         self._idle_until = 0.0
         self._consumer: threading.Thread | None = None
@@ -115,10 +113,26 @@ class RabbitSource(SpooledSource, Source):
         finally:
             if conn.is_open:
                 conn.close()
-        self.is_stream()  # a queue.type the broker cannot tell is refused now
+        if not self.is_stream():  # a queue.type the broker cannot tell is refused now
+            self._schema_given()
+
+    def _schema_given(self) -> None:
+        """A classic or quorum queue cannot give its messages twice: no sample to infer from."""
+        if self.format.row_ddl() is None:
+            raise ValidationError(
+                f"rabbitmq source: format = '{self.format.name}' needs schema = '...' for a"
+                f" classic or quorum queue ('{self.options['queue']}' cannot replay messages to"
+                " infer it from; a stream queue can)"
+            )
 
     def schema(self) -> str:
-        return self.format.row_ddl()  # json has a schema: __init__ asks for it
+        """Given, or inferred from the stream queue's first messages from stream.offset."""
+        sample = []
+        if self.format.row_ddl() is None:
+            found = stream.deliveries(self.options, self.start_at, stream.RESOLVE_S, INFER_MESSAGES)
+            sample = [body for _offset, (_method, _props, body) in found]
+        where = f"{len(sample)} messages of stream queue '{self.options['queue']}'"
+        return self.format.row_ddl_of(sample, "rabbitmq source", where)
 
     def is_stream(self) -> bool:
         """Whether `queue` is a stream queue (queue.type, else asked of the broker once)."""

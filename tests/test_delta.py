@@ -17,7 +17,7 @@ from connectql.connectors.delta.sink import DeltaSink
 from connectql.connectors.delta.source import DeltaSource
 from connectql.errors import ConnectQLError
 from connectql.toolkit.testing import SinkRun, SourceRun
-from tests.helpers import run
+from tests.helpers import run, wait_until
 from tests.lakes import (
     CHANGE_BATCHES,
     CHANGE_SCHEMA,
@@ -136,3 +136,70 @@ def test_a_source_reads_the_table_then_each_append_once(spark, tmp_path):
     appends_are_read_once(tmp_path, (DeltaSink, table), (DeltaSource, table), delete_five)
     with pytest.raises(ConnectQLError, match="there is no Delta table at"):
         SourceRun(DeltaSource, {"path": str(tmp_path / "nope")}, tmp_path / "x").batches(1)
+
+
+def changed_by_hand(path: str) -> list[tuple]:
+    """An UPDATE, a DELETE, an append and a MERGE (an update and an insert) on the table;
+    the rows it holds then."""
+    from deltalake import write_deltalake
+
+    DeltaTable(path).update({"name": "'B'"}, predicate="id = 2")
+    DeltaTable(path).delete("id = 3")
+    write_deltalake(path, pa.table({"id": [4], "name": ["d"]}), mode="append")
+    change = pa.table({"id": [1, 5], "name": ["A", "e"]})
+    merge = DeltaTable(path).merge(change, "t.id = s.id", source_alias="s", target_alias="t")
+    merge.when_matched_update_all().when_not_matched_insert_all().execute()
+    return sorted((r["id"], r["name"]) for r in rows_of(path))
+
+
+def applied(changes: list[dict]) -> list[tuple]:
+    """A change stream's rows applied by key in __pos order."""
+    table: dict = {}
+    for r in sorted(changes, key=lambda r: r["__pos"]):
+        if r["__op"] == "d":
+            table.pop(r["id"], None)
+        else:
+            table[r["id"]] = r["name"]
+    return sorted(table.items())
+
+
+def test_a_change_data_feed_is_read_as_a_change_stream(spark, worker, tmp_path):
+    """change.feed = true: the table as it is ('r'), then each version's changes (UPDATE,
+    DELETE, an append, a MERGE) as c/u/d, which applied by key in __pos order give the table;
+    a replayed batch reads the same; a table without the feed, a key that is not a column and
+    a key without change.feed are refused. Through SQL: the feed into an upsert delta sink
+    keeps a copy equal to the table."""
+    from deltalake import write_deltalake
+
+    path, plain = str(tmp_path / "fed"), str(tmp_path / "plain")
+    first = pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]})
+    write_deltalake(path, first, configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(plain, first)
+    feed = {"path": path, "change.feed": True, "key": "id"}
+    source = SourceRun(DeltaSource, feed, tmp_path / "src")
+    source.batches(1)
+    assert {r["__op"] for r in source.rows()} == {"r"}
+    want = changed_by_hand(path)
+    source.to_end()
+    source.replay_last_batch()
+    changes = source.rows()
+    assert sorted(r["__op"] for r in changes) == ["c", "c", "d", "r", "r", "r", "u", "u"]
+    assert applied(changes) == want == [(1, "A"), (2, "B"), (4, "d"), (5, "e")]
+    for options, why in (
+        (f"path = '{plain}', 'change.feed' = true", "has no change data feed: set its property"),
+        (f"path = '{path}', 'change.feed' = true, key = 'nope'", "key nope is not a column of"),
+        (f"path = '{path}', key = 'id'", "key is for change.feed = true"),
+    ):
+        with pytest.raises(ConnectQLError, match=why):
+            run(worker, f"CREATE SOURCE CONNECTOR bad FROM delta INTO bad WITH ({options})")
+    copy = tmp_path / "copy"
+    run(
+        worker,
+        f"""CREATE SOURCE CONNECTOR fed FROM delta INTO fed WITH (path = '{path}',
+          'change.feed' = true, key = 'id');
+        CREATE SINK CONNECTOR fed_copy TO delta FROM fed WITH (path = '{copy}')""",
+    )
+    copied = lambda: sorted((r["id"], r["name"]) for r in rows_of(copy)) if copy.exists() else []  # noqa: E731
+    wait_until(lambda: copied() == want, 120, what="the copy equal to the table")
+    DeltaTable(path).delete("id = 1")
+    wait_until(lambda: copied() == want[1:], 120, what="the delete in the copy")

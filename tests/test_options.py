@@ -642,6 +642,10 @@ AUDIT |= {
         for o in ("path", "starting.position", "batch.max.records")
     },
     **{f"delta source {o}": _DELTA + "test_upsert_into_a_table_on_s3" for o in _S3},
+    **{
+        f"delta source {o}": _DELTA + "test_a_change_data_feed_is_read_as_a_change_stream"
+        for o in ("change.feed", "key")
+    },
     "delta sink compact.every": _DELTA + "test_append_writes_each_row_once_across_a_replay",
     "delta sink commit.interval.ms": _DELTA + "test_a_sink_of_several_streams_writes_a_table_each",
     **{f"delta sink {o}": _DELTA + "test_upsert_into_a_table_on_s3" for o in _S3},  # fmt: skip

@@ -220,6 +220,7 @@ CREATE SINK CONNECTOR IF NOT EXISTS rout TO redis FROM msgs WITH (url = '{url}',
 """
 
 
+@pytest.mark.scenario  # CI is near its 35 minutes; nats -> redis's kill test covers the sink
 def test_a_killed_worker_copies_every_entry_once(tmp_path, keys):
     """Redis -> stream -> Redis in a `connectql run` worker killed with SIGKILL while it copies:
     after a restart every entry is in the stream and in the copy exactly once."""

@@ -23,6 +23,7 @@ from tests.lakes import (
     CHANGE_SCHEMA,
     CHANGED,
     appends_are_read_once,
+    awkward_types_round_trip,
     cdc_into,
     commit_interval_is_the_trigger,
 )
@@ -66,6 +67,11 @@ def test_upsert_applies_each_keys_last_change(spark, tmp_path):
     run.replay_last_batch()
     assert sorted((r["id"], r["name"]) for r in rows_of(path)) == CHANGED
     assert set(DeltaTable(str(path)).schema().to_arrow().names) == {"id", "name"}  # no __op
+
+
+def test_awkward_values_round_trip_through_an_upsert(spark, tmp_path):
+    path = str(tmp_path / "lake" / "awkward")
+    awkward_types_round_trip(tmp_path, DeltaSink, {"path": path}, lambda o: rows_of(o["path"]))
 
 
 def test_upsert_into_a_table_on_s3(spark, s3server, bucket, tmp_path):  # noqa: F811

@@ -25,6 +25,7 @@ from tests.lakes import (
     CHANGE_SCHEMA,
     CHANGED,
     appends_are_read_once,
+    awkward_types_round_trip,
     cdc_into,
     commit_interval_is_the_trigger,
 )
@@ -96,6 +97,11 @@ def test_upsert_applies_each_keys_last_change(spark, tmp_path):
     got = rows_of(options, "shop.items")
     assert sorted((r["id"], r["name"]) for r in got) == CHANGED
     assert set(got[0]) == {"id", "name"}  # no change columns
+
+
+def test_awkward_values_round_trip_through_an_upsert(spark, tmp_path):
+    options = {**lake(tmp_path), "table": "shop.awkward"}
+    awkward_types_round_trip(tmp_path, IcebergSink, options, lambda o: rows_of(o, "shop.awkward"))
 
 
 def test_upsert_through_a_rest_catalog_on_s3(spark, s3server, tmp_path):  # noqa: F811

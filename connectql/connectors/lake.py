@@ -157,8 +157,9 @@ def last_per_key(rows: pa.Table, key: list[str]) -> pa.Table:
         order = "__pos_order"
         ranks = pc.rank(numbered.column(POS), sort_keys="ascending", tiebreaker="first")
         numbered = numbered.append_column(order, ranks)
-    last = numbered.group_by(key, use_threads=False).aggregate([(order, "max")])
-    picked = numbered.join(
-        last.rename_columns([*key, order]), keys=[*key, order], join_type="inner"
-    )
-    return picked.drop_columns([c for c in ("__row", "__pos_order") if c in picked.schema.names])
+    # joined on the keys and order alone: a join takes no nested column (a list, a map)
+    narrow = numbered.select([*key, order, "__row"] if order != "__row" else [*key, order])
+    last = narrow.group_by(key, use_threads=False).aggregate([(order, "max")])
+    picked = narrow.join(last.rename_columns([*key, order]), keys=[*key, order], join_type="inner")
+    kept = picked.column("__row")
+    return rows.take(pc.take(kept, pc.sort_indices(kept)))  # in the batch's order

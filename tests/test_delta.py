@@ -72,6 +72,12 @@ def test_upsert_applies_each_keys_last_change(spark, tmp_path):
 def test_awkward_values_round_trip_through_an_upsert(spark, tmp_path):
     path = str(tmp_path / "lake" / "awkward")
     awkward_types_round_trip(tmp_path, DeltaSink, {"path": path}, lambda o: rows_of(o["path"]))
+    import duckdb  # as docs/connectors/delta.md reads a table: no DuckDB extension needed
+
+    items = DeltaTable(path).to_pyarrow_dataset()  # noqa: F841 (DuckDB finds it by name)
+    assert duckdb.sql("SELECT list(id ORDER BY id), max(length(text)) FROM items").fetchall() == [
+        ([1, 2, 4], 100_000)
+    ]
 
 
 def test_upsert_into_a_table_on_s3(spark, s3server, bucket, tmp_path):  # noqa: F811

@@ -102,6 +102,13 @@ def test_upsert_applies_each_keys_last_change(spark, tmp_path):
 def test_awkward_values_round_trip_through_an_upsert(spark, tmp_path):
     options = {**lake(tmp_path), "table": "shop.awkward"}
     awkward_types_round_trip(tmp_path, IcebergSink, options, lambda o: rows_of(o, "shop.awkward"))
+    # as docs/connectors/iceberg.md reads a table with DuckDB (no extension needed)
+    catalog = SqlCatalog("connectql", uri=options["catalog.uri"],
+                         warehouse=f"file://{options['warehouse']}")  # fmt: skip
+    with pooled():
+        con = catalog.load_table("shop.awkward").scan().to_duckdb("items")
+    query = "SELECT list(id ORDER BY id), max(length(text)) FROM items"
+    assert con.sql(query).fetchall() == [([1, 2, 4], 100_000)]
 
 
 def test_upsert_through_a_rest_catalog_on_s3(spark, s3server, tmp_path):  # noqa: F811

@@ -22,8 +22,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -147,34 +145,12 @@ def nats_drop(stream: str) -> None:
 # ------------------------------------------------------------------------------ mqtt
 @contextlib.contextmanager
 def mosquitto(folder: Path, inflight: int):
-    """A private Mosquitto (url): it queues a persistent session's messages without limit (the
-    machine's keeps 1000) and sends a client `inflight` unacknowledged QoS 1 messages at once
-    (0: no limit; Mosquitto's default is 20)."""
-    from tests.servers import free_port
+    """A private Mosquitto (url) that sends a client `inflight` unacknowledged QoS 1 messages
+    at once (0: no limit; Mosquitto's default is 20)."""
+    from tests import servers
 
-    port = free_port()
-    conf = folder / "mosquitto.conf"
-    conf.write_text(
-        f"listener {port} 127.0.0.1\nuser root\nallow_anonymous true\nmax_queued_messages 0\n"
-        f"max_inflight_messages {inflight}\npersistence false\n"
-    )
-    proc = subprocess.Popen(
-        ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield f"mqtt://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    settings = f"allow_anonymous true\nmax_inflight_messages {inflight}\npersistence false\n"
+    yield from servers.mosquitto(folder, settings)
 
 
 def mqtt_client(url: str, client_id: str = "", clean: bool = True, on_message=None):

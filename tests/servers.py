@@ -194,6 +194,32 @@ class PrivateServer:
 _shared: dict[str, list] = {}  # name -> [server, users]
 
 
+def mosquitto(folder: Path, settings: str) -> Iterator[str]:
+    """A Mosquitto of its own on a free port, its url yielded once it answers: it queues a
+    persistent session's messages without limit (the machine's keeps 1000, then drops: its
+    default), with `settings` (mosquitto.conf lines) besides; stopped when the generator ends."""
+    port = free_port()
+    conf = folder / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nuser root\nmax_queued_messages 0\n{settings}")
+    proc = subprocess.Popen(
+        ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"mqtt://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 @contextmanager
 def shared(name: str, factory: Callable[[], PrivateServer]) -> Iterator[PrivateServer]:
     """One started server per process under `name`, even when a session fixture is imported

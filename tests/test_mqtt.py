@@ -23,6 +23,7 @@ from connectql.connectors.mqtt.sink import MqttSink
 from connectql.connectors.mqtt.source import MqttSource
 from connectql.errors import ConnectQLError
 from connectql.toolkit.testing import SinkRun, SourceRun
+from tests import servers
 from tests.crash import kill_and_count
 from tests.helpers import read_parquet_rows, run, wait_until
 from tests.servers import free_port
@@ -148,32 +149,10 @@ def test_mqtt_to_mqtt_through_sql_with_dead_letters(worker, topic):
 
 
 def mosquitto(tmp_path, extra: str = "allow_anonymous true\n"):
-    """A Mosquitto of the test's own (its url) that keeps a session's queued messages without
-    limit (the machine's keeps 1000, then drops: its default)."""
-    port = free_port()
-    conf = tmp_path / "mosquitto.conf"
-    conf.write_text(
-        f"listener {port} 127.0.0.1\nuser root\nmax_queued_messages 0\n{extra}"
-        f"persistence true\npersistence_location {tmp_path}/\n"
+    """A Mosquitto of the test's own (its url), its sessions persisted under tmp_path."""
+    yield from servers.mosquitto(
+        tmp_path, f"{extra}persistence true\npersistence_location {tmp_path}/\n"
     )
-    proc = subprocess.Popen(
-        ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"mqtt://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            return False
-
-    try:
-        wait_until(up, 30, what="mosquitto")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.fixture

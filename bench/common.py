@@ -130,8 +130,9 @@ def cpu_since(before: tuple[float, dict[str, float]]) -> dict[str, float]:
 
 def tree_cpu(roots: list[int | None]) -> dict[str, float]:
     """CPU seconds used so far by the processes `roots` and their descendants (each with its
-    reaped children), by program: unlike cpu_now, none of the machine's other work, so a
-    difference of two snapshots stays comparable when other jobs load the machine."""
+    reaped children), by program (this process apart: a bench's worker is its driver): unlike
+    cpu_now, none of the machine's other work, so a difference of two snapshots stays
+    comparable when other jobs load the machine."""
     tick = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     stats: dict[int, tuple[str, float]] = {}
@@ -155,7 +156,8 @@ def tree_cpu(roots: list[int | None]) -> dict[str, float]:
     used: dict[str, float] = defaultdict(float)
     for pid in tree:
         comm, seconds = stats[pid]
-        used[_PROGRAMS.get(comm, "python" if comm.startswith("python") else "other")] += seconds
+        name = _PROGRAMS.get(comm, "python" if comm.startswith("python") else "other")
+        used["python (this process)" if pid == os.getpid() else name] += seconds
     return used
 
 

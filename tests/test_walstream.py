@@ -74,6 +74,7 @@ def test_the_tailer_spools_plans_confirms_and_starts_again(setup):
         commit_of(conn, "UPDATE t SET v = 'A' WHERE id = 1"),
     ]
     wait_until(lambda: tailer.seen >= ends[-1], 30, what="the tailer to spool 3 transactions")
+    assert tailer.server_end >= ends[-1]  # the server's end of WAL, asked while it reads
     # about batch_rows (2) rows of whole transactions: the first two; more follow
     window = tailer.window(start)
     assert window.full and window.last_relevant is not None

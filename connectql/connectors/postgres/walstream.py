@@ -21,7 +21,9 @@ import time
 from bisect import bisect_right
 from pathlib import Path
 
-from connectql.connectors.postgres.cdc import publications, type_names
+import psycopg
+
+from connectql.connectors.postgres.cdc import lsn_int, publications, type_names
 from connectql.connectors.postgres.client import connect, connect_error, libpq_params
 from connectql.connectors.postgres.pgoutput import CHANGES, Begin, Commit, Decoder, relation_oid
 from connectql.connectors.relational.tablereader import Window
@@ -255,7 +257,11 @@ class Tailer:
         relations: dict[int, bytes] = {}  # each relation's last Relation message
         begin: Begin | None = None
         asked = pinged = time.monotonic()
+        measured = 0.0
         while not self.stopping.is_set():
+            if time.monotonic() - measured > ASK_EVERY_S:
+                self._measure_end(sql)
+                measured = time.monotonic()
             if self._ahead():
                 self._flush(self.reached)
                 self._feedback(cur)
@@ -295,6 +301,22 @@ class Tailer:
                     if self._due():
                         self._flush(self.reached)
             self._feedback(cur)
+
+    def _measure_end(self, sql) -> None:
+        """The server's end of WAL, asked on the tailer's own connection: the stream's
+        messages carry their own position as theirs, so without this a tailer catching up a
+        backlog could not tell it is behind (nor the source its lag)."""
+        bound = sql.read_s
+        sql.read_s = min(bound or HEARD_S, HEARD_S)
+        try:
+            row = sql.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        except psycopg.errors.ObjectNotInPrerequisiteState:  # a standby: the stream's figure
+            return
+        except Exception as e:
+            raise ConnectQLError(f"{e} (replication stream)") from None
+        finally:
+            sql.read_s = bound
+        self.server_end = max(self.server_end, lsn_int(row[0]))
 
     def _ping(self, sql) -> None:
         """A query on the tailer's own connection, bounded by HEARD_S (or a shorter

@@ -38,7 +38,16 @@ from pathlib import Path
 
 from rich.table import Table
 
-from bench.common import Connectql, check_text, console, load
+from bench.common import (
+    Connectql,
+    check_text,
+    console,
+    execute,
+    load,
+    tree_cpu,
+    tree_cpu_since,
+)
+from connectql.connectors.relational.sink import PROGRESS_TABLE
 
 TIMEOUT_S = 1800.0
 SRC, DST = "cdc_src", "cdc_dst"
@@ -123,27 +132,45 @@ def pause(cq: Connectql) -> None:
         time.sleep(0.2)
 
 
-def drain(cq: Connectql, changes: int, source_sum, target_sum) -> Result:
-    """RESUME, then time until the target equals the source."""
+def drain(cq: Connectql, changes: int, source_sum, target: str, target_sum, servers=()) -> Result:
+    """RESUME, then time until the target equals the source; the CPU seconds this process's
+    tree (the worker, Spark's JVM and Python workers) and the `servers` used meanwhile. The
+    target's checksum (a pass over the whole table) is taken only once the sink has committed
+    since the last one (its progress row in `target`, a cheap look every POLL_S): polled
+    every POLL_S it would cost the target server a core of its own during the drain."""
     want = source_sum()
+    roots = [os.getpid(), *(s._main_pid() for s in servers)]
+    cpu = tree_cpu(roots)
     t0 = time.perf_counter()
     cq.run(f"RESUME CONNECTOR {SRC}")
-    last_check = t0
+    last_check, seen = t0, None
     while time.perf_counter() - t0 < TIMEOUT_S:
-        got = target_sum()
-        if got == want:
-            seconds = time.perf_counter() - t0
-            note = source_batches(cq, t0)
-            return Result(
-                "connectql (source + riding sink)", seconds, changes, check_text(got, want), note
-            )
+        committed = sink_progress(target)
+        if committed != seen:
+            seen = committed
+            got = target_sum()
+            if got == want:
+                seconds = time.perf_counter() - t0
+                note = f"{source_batches(cq, t0)}; {tree_cpu_since(roots, cpu)}"
+                return Result(
+                    "connectql (source + riding sink)", seconds, changes, check_text(got, want),
+                    note,
+                )  # fmt: skip
         if time.perf_counter() - last_check > 5:
             last_check = time.perf_counter()
             errors = cq.problems([SRC, DST], "RUNNING", "STARTING", "RESTARTING")
             if errors:
                 return Result("connectql", last_check - t0, changes, f"FAIL: {errors}")
-        time.sleep(0.25)
+        time.sleep(POLL_S)
     return Result("connectql", TIMEOUT_S, changes, f"FAIL: not equal after {TIMEOUT_S:.0f} s")
+
+
+POLL_S = 0.25
+
+
+def sink_progress(target: str) -> tuple:
+    """The sink's commits in the target so far (its progress rows)."""
+    return tuple(execute(target, f"SELECT writer_id, batch_id, epoch FROM {PROGRESS_TABLE}"))
 
 
 def source_batches(cq: Connectql, since_perf: float) -> str:
@@ -192,8 +219,8 @@ def postgres(args, tmp: Path) -> list[Result]:
             conn.commit()
         results = [Result("PostgreSQL applying the changes", applied, plan.txns * plan.per, "-")]
         results.append(pg_recvlogical(dbs, end, plan.txns * plan.per))
-        results.append(drain(cq, plan.txns * plan.per, lambda: pg.checksum(src),
-                             lambda: pg.checksum(target)))  # fmt: skip
+        results.append(drain(cq, plan.txns * plan.per, lambda: pg.checksum(src), target,
+                             lambda: pg.checksum(target), [dbs.server]))  # fmt: skip
         return results
     finally:
         if cq is not None:
@@ -251,7 +278,11 @@ def mysql(args, tmp: Path) -> list[Result]:
         results = [Result("MariaDB applying the changes", applied, n, "-")]
         results.append(mariadb_binlog(srv, start, end, n))
         results.append(replication_loop(srv, start, end, n))
-        results.append(drain(cq, n, srv.my_checksum, lambda: srv.pg_checksum(target)))
+        results.append(
+            drain(
+                cq, n, srv.my_checksum, target, lambda: srv.pg_checksum(target), [srv.my, srv.pg]
+            )  # fmt: skip
+        )
         return results
     finally:
         if cq is not None:

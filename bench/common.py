@@ -128,6 +128,46 @@ def cpu_since(before: tuple[float, dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def tree_cpu(roots: list[int | None]) -> dict[str, float]:
+    """CPU seconds used so far by the processes `roots` and their descendants (each with its
+    reaped children), by program (this process apart: a bench's worker is its driver): unlike
+    cpu_now, none of the machine's other work, so a difference of two snapshots stays
+    comparable when other jobs load the machine."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    stats: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        rest = stat.rsplit(")", 1)[1].split()
+        parents[int(entry)] = int(rest[1])
+        stats[int(entry)] = (comm, sum(int(x) for x in rest[11:15]) / tick)
+    tree = {r for r in roots if r is not None and r in stats}
+    grew = True
+    while grew:
+        kids = {p for p, pp in parents.items() if pp in tree} - tree
+        tree |= kids
+        grew = bool(kids)
+    used: dict[str, float] = defaultdict(float)
+    for pid in tree:
+        comm, seconds = stats[pid]
+        name = _PROGRAMS.get(comm, "python" if comm.startswith("python") else "other")
+        used["python (this process)" if pid == os.getpid() else name] += seconds
+    return used
+
+
+def tree_cpu_since(roots: list[int | None], before: dict[str, float]) -> str:
+    """'python 30.1, java 9.2, postgres 14.0 CPU-s' since `before` (tree_cpu(roots))."""
+    now = tree_cpu(roots)
+    parts = sorted(((k, v - before.get(k, 0.0)) for k, v in now.items()), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v:.1f}" for k, v in parts if v >= 0.05) + " CPU-s"
+
+
 def cpu_text(cpu: dict[str, float]) -> str:
     """'busy 9.1 s: java 4.0, mariadbd 2.2, ...' (largest first)."""
     if not cpu:

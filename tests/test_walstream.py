@@ -74,6 +74,7 @@ def test_the_tailer_spools_plans_confirms_and_starts_again(setup):
         commit_of(conn, "UPDATE t SET v = 'A' WHERE id = 1"),
     ]
     wait_until(lambda: tailer.seen >= ends[-1], 30, what="the tailer to spool 3 transactions")
+    assert tailer.server_end >= ends[-1]  # the server's end of WAL, asked while it reads
     # about batch_rows (2) rows of whole transactions: the first two; more follow
     window = tailer.window(start)
     assert window.full and window.last_relevant is not None
@@ -107,3 +108,38 @@ def test_the_tailer_spools_plans_confirms_and_starts_again(setup):
     (last,) = walstream.read_spool(again.spool, window.last_relevant, upto)
     changes = decoded(Decoder(cdc.type_names(conn)), last[3])
     assert [(c.op, c.values["v"]) for c in changes] == [("u", "A")]
+
+
+def test_a_batch_planned_while_the_tailer_catches_up_waits_for_a_batch_of_rows():
+    """Far behind the server's end of WAL, the window waits (FILL_WAIT_S at most) for
+    batch_rows rows rather than taking the few spooled so far; caught up, it never waits."""
+    import threading
+    import time
+
+    tailer = object.__new__(walstream.Tailer)  # no thread of its own: this one stands in
+    tailer.limit, tailer.error, tailer.lock = 100, None, threading.Lock()
+    tailer.commits, tailer.rows, tailer.seen = [10], [5], 10
+    tailer.server_end = 10 + walstream.BACKLOG_BYTES + 1
+    tailer.thread = threading.Thread(target=time.sleep, args=(5,), daemon=True)
+    tailer.thread.start()
+
+    def spool_more():
+        time.sleep(0.3)
+        with tailer.lock:
+            tailer.commits += [20, 30]
+            tailer.rows += [50, 50]
+            tailer.seen = 30
+
+    threading.Thread(target=spool_more, daemon=True).start()
+    t0 = time.monotonic()
+    window = tailer.window(0)
+    assert window.last_relevant == 30 and time.monotonic() - t0 < walstream.FILL_WAIT_S
+    tailer.server_end = tailer.seen + 1  # caught up: the few rows at once
+    tailer.commits.append(40)
+    tailer.rows.append(1)
+    t0 = time.monotonic()
+    assert tailer.window(30).last_relevant == 40 and time.monotonic() - t0 < 0.05
+    tailer.server_end = tailer.seen + walstream.BACKLOG_BYTES + 1  # behind, no more rows
+    t0 = time.monotonic()
+    assert tailer.window(30).last_relevant == 40
+    assert time.monotonic() - t0 >= walstream.FILL_WAIT_S

@@ -11,11 +11,13 @@ import time
 from collections.abc import Iterator
 from functools import partial
 
+import numpy as np
 import psycopg
 import pyarrow as pa
 from psycopg import sql
 from pyspark.sql.types import StructType
 
+from connectql.connectors.postgres import pgcolumns
 from connectql.connectors.postgres.client import qualified
 from connectql.connectors.postgres.pgoutput import (
     CHANGES,
@@ -331,41 +333,93 @@ def change_batches(
         fail,
     )
     with collector_paused():
+        made = _collect_columns(changes, ones, txns, decoder, seen)
+    yield from changes.batches(made)
+
+
+def _collect_columns(changes: Changes, ones: dict, txns, decoder: Decoder, seen) -> dict:
+    """The changes of `txns` of the tables of `ones` (by decoded name): the plain ones decoded
+    column by column (pgcolumns), as change rows by table (returned); the others, and every
+    change of a table whose columns cannot be converted whole, into `changes` as _collect
+    takes them."""
+    txns = txns if isinstance(txns, list) else list(txns)
+    if not any(t[3] for t in txns):
+        return {}
+    if any(isinstance(m, Change) for t in txns for m in t[3][:1]):  # spooled decoded, long ago
         _collect(changes, ones, txns, decoder, seen)
-    yield from changes.batches()
+        return {}
+    prior = dict(decoder.relations)
+    batch = pgcolumns.Batch(txns, decoder)
+    made, slow = {}, []
+    for name, table in batch.tables(ones, seen).items():
+        slow.extend(table.slow)
+        if not table.groups:
+            continue
+        one = ones[name]
+        sources = [_source(one, False, commit_lsn=lsn_text(c), xid=x) for c, _t, x, _m in txns]
+        try:
+            made[one.table] = pgcolumns.table_batch(
+                batch, changes.rows[one.table], table.groups, sources
+            )
+        except pgcolumns.Unfit:
+            slow.extend(g.index for g in table.groups)
+    if slow:  # in log order, with every Relation message (the decoder follows them again)
+        decoder.relations = prior
+        picked = np.union1d(np.concatenate(slow), batch.relations).tolist()
+        txn, seq, relations = batch.txn.tolist(), batch.seq.tolist(), batch.relation_set
+        items = ((txn[i], None if i in relations else seq[i], batch.messages[i]) for i in picked)
+        _collect_messages(changes, ones, txns, decoder, seen, items)
+    return made
 
 
 def _collect(changes: Changes, ones: dict, txns, decoder: Decoder, seen) -> None:
     """The changes of `txns` of the tables of `ones` (by decoded name), into `changes`."""
-    for commit, ts_ms, xid, messages in txns:
-        tables: dict[str, tuple] = {}  # by table: (rows, __source, poison) for this transaction
+    _collect_messages(changes, ones, txns, decoder, seen, _numbered(txns))
+
+
+def _numbered(txns):
+    """(transaction index, sequence number, message) of each message of `txns`: a Relation
+    message's number is None; the changes count from 1 within their transaction."""
+    for t, (_commit, _ts, _xid, messages) in enumerate(txns):
         seq = 0
         for message in messages:
-            if isinstance(message, Change):
-                change = message
-            elif message[:1] == b"R":
-                decoder.feed(message)
-                continue
+            if not isinstance(message, Change) and message[:1] == b"R":
+                yield t, None, message
             else:
-                change = None
-            seq += 1
-            rel = None if change else decoder.relation(relation_oid(message))
-            name = change.table if change else rel.table
-            one = ones.get(name)
-            if one is None or (seen and seen(name, xid)):
-                continue
-            if name not in tables:
-                where = {"commit_lsn": lsn_text(commit), "xid": xid}
-                rows = changes.rows[one.table]
-                tables[name] = (rows, _source(one, False, **where), partial(_poison, one, commit))
-            rows, source, poison = tables[name]
-            pos = position(commit, seq)
-            if change is None and _plain(message, rel, rows, ts_ms, pos, source, poison):
-                continue
-            change = change or decoder.feed(message)
-            values, before, unchanged = _untoasted(change)
-            meta = {"__ts_ms": ts_ms, "__pos": pos, "__source": source, "__unchanged": unchanged}
-            rows.add(change.op, values, before, meta, change.types, poison)
+                seq += 1
+                yield t, seq, message
+
+
+def _collect_messages(changes: Changes, ones: dict, txns, decoder: Decoder, seen, items) -> None:
+    """The changes `items` ((transaction index in `txns`, sequence number, message) in log
+    order; Relation messages, numbered None, go to the decoder) into `changes`."""
+    tables: dict[str, tuple] = {}  # by table: (rows, __source, poison) for this transaction
+    at = None
+    for t, seq, message in items:
+        if seq is None:
+            decoder.feed(message)
+            continue
+        if t != at:
+            tables, at = {}, t
+        commit, ts_ms, xid, _messages = txns[t]
+        change = message if isinstance(message, Change) else None
+        rel = None if change else decoder.relation(relation_oid(message))
+        name = change.table if change else rel.table
+        one = ones.get(name)
+        if one is None or (seen and seen(name, xid)):
+            continue
+        if name not in tables:
+            where = {"commit_lsn": lsn_text(commit), "xid": xid}
+            rows = changes.rows[one.table]
+            tables[name] = (rows, _source(one, False, **where), partial(_poison, one, commit))
+        rows, source, poison = tables[name]
+        pos = position(commit, seq)
+        if change is None and _plain(message, rel, rows, ts_ms, pos, source, poison):
+            continue
+        change = change or decoder.feed(message)
+        values, before, unchanged = _untoasted(change)
+        meta = {"__ts_ms": ts_ms, "__pos": pos, "__source": source, "__unchanged": unchanged}
+        rows.add(change.op, values, before, meta, change.types, poison)
 
 
 def _plain(message: bytes, rel, rows: ChangeRows, *meta) -> bool:

@@ -72,16 +72,18 @@ def _truncated(value: _dt.datetime, precision: int) -> _dt.datetime:
     return value.replace(microsecond=value.microsecond - value.microsecond % 10 ** (6 - precision))
 
 
-def spark_column(values: list, pg_type: str, dtype: DataType) -> pa.Array | None:
-    """A whole column of text forms as the Arrow array spark_value would give value by value,
-    parsed by Arrow where the two agree on every text PostgreSQL prints; None (or Arrow's
-    error, at a text it does not take: infinity, BC, NaN, a scale to round) where not."""
+def spark_column(values: list | pa.Array, pg_type: str, dtype: DataType) -> pa.Array | None:
+    """A whole column of text forms (a list, or an Arrow string array) as the Arrow array
+    spark_value would give value by value, parsed by Arrow where the two agree on every text
+    PostgreSQL prints; None (or Arrow's error, at a text it does not take: infinity, BC, NaN,
+    a scale to round) where not."""
+    text = values if isinstance(values, pa.Array) else None
     if isinstance(dtype, StringType):
-        return pa.array(values, pa.string())
+        return text if text is not None else pa.array(values, pa.string())
     target = _FAST.get((_normalize_type(pg_type), type(dtype)))
     if target is None:
         return None
-    text = pa.array(values, pa.string())
+    text = text if text is not None else pa.array(values, pa.string())
     if target == "bool":
         known = pc.is_in(text.drop_null(), value_set=pa.array(["t", "f"]))
         return pc.equal(text, "t") if pc.all(known).as_py() is not False else None

@@ -21,7 +21,9 @@ import time
 from bisect import bisect_right
 from pathlib import Path
 
-from connectql.connectors.postgres.cdc import publications, type_names
+import psycopg
+
+from connectql.connectors.postgres.cdc import lsn_int, publications, type_names
 from connectql.connectors.postgres.client import connect, connect_error, libpq_params
 from connectql.connectors.postgres.pgoutput import CHANGES, Begin, Commit, Decoder, relation_oid
 from connectql.connectors.relational.tablereader import Window
@@ -37,6 +39,10 @@ HEARD_S = 15.0  # ... within this long (at most: read.timeout.ms when shorter)
 READ_WAIT_S = 120.0
 AHEAD_BATCHES = 4  # the tailer stops reading this many batches' rows past the committed LSN
 IN_USE_WAIT_S = 15.0  # START_REPLICATION waits this long for a dead process's hold on the slot
+# a batch planned while the tailer catches up a backlog (this far behind the server's end of
+# WAL) waits this long at most for a batch's rows, rather than taking the few spooled so far
+BACKLOG_BYTES = 4 * 2**20
+FILL_WAIT_S = 1.0
 
 
 def spool_dir(checkpoint: str | None, cfg) -> Path:
@@ -159,9 +165,20 @@ class Tailer:
         return self.error is None and self.start <= start and self.thread.is_alive()
 
     def window(self, start: int) -> Window:
-        """The next batch after `start`: whole transactions, about batch_rows rows."""
-        if self.error is not None:
-            raise self.error
+        """The next batch after `start`: whole transactions, about batch_rows rows. While the
+        tailer catches up a backlog (a source started or resumed behind the log), it waits up
+        to FILL_WAIT_S for a batch's rows: a first batch of the few rows spooled in the
+        tailer's first moments costs a whole batch's overhead, and its sink's write too."""
+        deadline = time.monotonic() + FILL_WAIT_S
+        while True:
+            if self.error is not None:
+                raise self.error
+            window, rows = self._window(start)
+            if rows >= self.limit or not self._catching_up() or time.monotonic() >= deadline:
+                return window
+            time.sleep(POLL_S)
+
+    def _window(self, start: int) -> tuple[Window, int]:
         with self.lock:
             i = bisect_right(self.commits, start)
             relevant, total = None, 0
@@ -169,7 +186,11 @@ class Tailer:
                 relevant, total = self.commits[i], total + self.rows[i]
                 i += 1
             full = i < len(self.commits)
-            return Window(relevant, self.seen if self.seen > start else None, full)
+            return Window(relevant, self.seen if self.seen > start else None, full), total
+
+    def _catching_up(self) -> bool:
+        """Far behind the server's end of WAL (as its last message said), and reading."""
+        return self.server_end - self.seen > BACKLOG_BYTES and self.thread.is_alive()
 
     def confirm(self, lsn: int) -> None:
         """Everything up to `lsn` is committed: the slot may advance, the files go."""
@@ -236,7 +257,11 @@ class Tailer:
         relations: dict[int, bytes] = {}  # each relation's last Relation message
         begin: Begin | None = None
         asked = pinged = time.monotonic()
+        measured = 0.0
         while not self.stopping.is_set():
+            if time.monotonic() - measured > ASK_EVERY_S:
+                self._measure_end(sql)
+                measured = time.monotonic()
             if self._ahead():
                 self._flush(self.reached)
                 self._feedback(cur)
@@ -276,6 +301,22 @@ class Tailer:
                     if self._due():
                         self._flush(self.reached)
             self._feedback(cur)
+
+    def _measure_end(self, sql) -> None:
+        """The server's end of WAL, asked on the tailer's own connection: the stream's
+        messages carry their own position as theirs, so without this a tailer catching up a
+        backlog could not tell it is behind (nor the source its lag)."""
+        bound = sql.read_s
+        sql.read_s = min(bound or HEARD_S, HEARD_S)
+        try:
+            row = sql.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        except psycopg.errors.ObjectNotInPrerequisiteState:  # a standby: the stream's figure
+            return
+        except Exception as e:
+            raise ConnectQLError(f"{e} (replication stream)") from None
+        finally:
+            sql.read_s = bound
+        self.server_end = max(self.server_end, lsn_int(row[0]))
 
     def _ping(self, sql) -> None:
         """A query on the tailer's own connection, bounded by HEARD_S (or a shorter

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
@@ -94,6 +95,12 @@ class ChangeRows:
         meta[UNCHANGED].append(None)
         self._typed(types)
         self.poison.append(poison)
+
+    def layout(self, op: str, columns: tuple, types: dict) -> None:
+        """schema.change's checks of changes of `op` whose values come in the order of
+        `columns`, as add_values makes them (for rows made elsewhere, cdc's columnar path)."""
+        if (columns, op == "c") not in self._layouts:
+            self._layout(op, columns, types)
 
     def _layout(self, op: str, columns: tuple, types: dict) -> tuple:
         """The buffers `columns`' values go to (a column the stream lacks: discarded) and
@@ -252,13 +259,27 @@ class Changes:
             raise self.fail(record["table"], record["error_message"], CANNOT_READ) from None
         self.dead.append(record)
 
-    def batches(self) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
-        """(table, change rows) of each table that changed, then the dead letters."""
+    def batches(
+        self, made: dict[str, pa.RecordBatch] | None = None
+    ) -> Iterator[tuple[str, pa.RecordBatch] | DeadLetter]:
+        """(table, change rows) of each table that changed, then the dead letters. `made`:
+        change rows of some tables made elsewhere (in their streams' schemas, in log order),
+        merged with theirs here in __pos order (stable: a key change's delete and insert stay
+        in their order)."""
+        made = made or {}
         for table, built in self.rows.items():
+            parts = [made[table]] if table in made and made[table].num_rows else []
             if built.count:
                 batch = built.batch(self.unreadable)
                 if batch.num_rows:
-                    yield table, batch
+                    parts.append(batch)
+            if len(parts) > 1:
+                batch = pa.concat_batches(parts)
+                if POS in batch.schema.names:
+                    batch = batch.take(pc.sort_indices(batch, [(POS, "ascending")]))
+                yield table, batch
+            elif parts:
+                yield table, parts[0]
         yield from map(dead_letter, self.dead)
 
 

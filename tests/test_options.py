@@ -779,10 +779,9 @@ NOT_YET: dict[str, str] = {}  # "<key>": why no test observes it yet
 
 def declared_options() -> set[str]:
     from connectql.connectors import registry
+    from connectql.connectors.adapter import MAX_BYTES
     from connectql.connectors.common import SOURCE_COMMON
     from connectql.worker.settings import WORKER_SETTINGS
-
-    from connectql.connectors.adapter import MAX_BYTES
 
     # batch.max.bytes becomes a record limit in the toolkit, for every source that honours
     # batch.max.records (each audited on its own): one row

@@ -297,14 +297,16 @@ def restart_flags(query: dict[str, str]) -> dict[str, bool]:
 def offsets_reset(body: Any) -> None:
     """ValidationError unless the body is {"offsets": [...]} with every offset null: connectql
     forgets a connector's offsets, it cannot set them to a value."""
-    reset = models.parsed(models.OffsetsReset, body)
-    if reset is None:
-        raise ValidationError('the body must be {"offsets": [{"partition": ..., "offset": null}]}')
-    if any(o.get("offset") is not None for o in reset.offsets):
+    offsets = body.get("offsets") if isinstance(body, dict) else None
+    if isinstance(offsets, list) and any(
+        isinstance(o, dict) and o.get("offset") is not None for o in offsets
+    ):
         raise ValidationError(
             "connectql can only reset a connector's offsets (every offset null), not set them"
             " to a value: its checkpoint is Spark's, not Kafka Connect's offsets topic"
         )
+    if models.parsed(models.OffsetsReset, body) is None:
+        raise ValidationError('the body must be {"offsets": [{"partition": ..., "offset": null}]}')
 
 
 def plugin_config(type_name: str) -> list[dict[str, Any]]:

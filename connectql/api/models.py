@@ -161,10 +161,17 @@ class SnapshotAsk(Open):
     )
 
 
+class OffsetToReset(Open):
+    """One offset to forget: its partition, as GET .../offsets lists it; its offset null."""
+
+    partition: Any = None
+    offset: None = Field(None, description="null: connectql forgets offsets, it cannot set one")
+
+
 class OffsetsReset(Open):
     """PATCH /connectors/{name}/offsets: every offset null (connectql resets, it cannot set)."""
 
-    offsets: list[dict[str, Any]] = Field(
+    offsets: list[OffsetToReset] = Field(
         description='each {"partition": {...}, "offset": null}, as GET .../offsets lists them'
     )
 

@@ -95,14 +95,9 @@ class Run:
 _PROGRAMS = {"mariadbd": "mariadbd", "mysqld": "mariadbd", "postgres": "postgres", "java": "java"}
 
 
-def cpu_now() -> tuple[float, dict[str, float]]:
-    """(the machine's busy CPU seconds, CPU seconds by program) so far. A process's figure
-    includes its reaped children's (a server's finished backends, a client's pipe), so a
-    difference of two snapshots is what each program used in between, on every core."""
+def _processes():
+    """(pid, program name, CPU seconds incl. reaped children, parent pid) of each process."""
     tick = os.sysconf("SC_CLK_TCK")
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    busy = (sum(int(x) for x in fields[:8]) - int(fields[3]) - int(fields[4])) / tick
-    used: dict[str, float] = defaultdict(float)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -111,10 +106,24 @@ def cpu_now() -> tuple[float, dict[str, float]]:
         except OSError:
             continue
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        ticks = sum(int(x) for x in stat.rsplit(")", 1)[1].split()[11:15])
-        used[_PROGRAMS.get(comm, "python" if comm.startswith("python") else "other")] += (
-            ticks / tick
-        )
+        rest = stat.rsplit(")", 1)[1].split()
+        yield int(entry), comm, sum(int(x) for x in rest[11:15]) / tick, int(rest[1])
+
+
+def _program(comm: str) -> str:
+    return _PROGRAMS.get(comm, "python" if comm.startswith("python") else "other")
+
+
+def cpu_now() -> tuple[float, dict[str, float]]:
+    """(the machine's busy CPU seconds, CPU seconds by program) so far. A process's figure
+    includes its reaped children's (a server's finished backends, a client's pipe), so a
+    difference of two snapshots is what each program used in between, on every core."""
+    tick = os.sysconf("SC_CLK_TCK")
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    busy = (sum(int(x) for x in fields[:8]) - int(fields[3]) - int(fields[4])) / tick
+    used: dict[str, float] = defaultdict(float)
+    for _pid, comm, seconds, _parent in _processes():
+        used[_program(comm)] += seconds
     return busy, used
 
 
@@ -133,20 +142,10 @@ def tree_cpu(roots: list[int | None]) -> dict[str, float]:
     reaped children), by program (this process apart: a bench's worker is its driver): unlike
     cpu_now, none of the machine's other work, so a difference of two snapshots stays
     comparable when other jobs load the machine."""
-    tick = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     stats: dict[int, tuple[str, float]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        rest = stat.rsplit(")", 1)[1].split()
-        parents[int(entry)] = int(rest[1])
-        stats[int(entry)] = (comm, sum(int(x) for x in rest[11:15]) / tick)
+    for pid, comm, seconds, parent in _processes():
+        parents[pid], stats[pid] = parent, (comm, seconds)
     tree = {r for r in roots if r is not None and r in stats}
     grew = True
     while grew:
@@ -156,8 +155,7 @@ def tree_cpu(roots: list[int | None]) -> dict[str, float]:
     used: dict[str, float] = defaultdict(float)
     for pid in tree:
         comm, seconds = stats[pid]
-        name = _PROGRAMS.get(comm, "python" if comm.startswith("python") else "other")
-        used["python (this process)" if pid == os.getpid() else name] += seconds
+        used["python (this process)" if pid == os.getpid() else _program(comm)] += seconds
     return used
 
 

@@ -211,12 +211,7 @@ def postgres(args, tmp: Path) -> list[Result]:
             conn.execute("CREATE PUBLICATION yard_pub FOR TABLE orders")
             conn.execute("SELECT pg_create_logical_replication_slot('yard', 'pgoutput')")
         plan = Plan(args.rows, args.changes, args.txn)
-        with psycopg.connect(src) as conn:
-            t0 = time.perf_counter()
-            apply(plan, conn.execute, conn.commit, PG_SQL)
-            applied = time.perf_counter() - t0
-            end = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
-            conn.commit()
+        applied, end = apply_pg(src, plan)
         results = [Result("PostgreSQL applying the changes", applied, plan.txns * plan.per, "-")]
         results.append(pg_recvlogical(dbs, end, plan.txns * plan.per))
         results.append(drain(cq, plan.txns * plan.per, lambda: pg.checksum(src), target,
@@ -226,6 +221,20 @@ def postgres(args, tmp: Path) -> list[Result]:
         if cq is not None:
             cq.close()
         dbs.stop()
+
+
+def apply_pg(info: str, plan: Plan) -> tuple[float, str]:
+    """The plan's changes committed on the PostgreSQL of `info`: (seconds they took, the end
+    of WAL after them)."""
+    import psycopg
+
+    with psycopg.connect(info) as conn:
+        t0 = time.perf_counter()
+        apply(plan, conn.execute, conn.commit, PG_SQL)
+        applied = time.perf_counter() - t0
+        end = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        conn.commit()
+    return applied, end
 
 
 def pg_recvlogical(dbs, end_lsn: str, changes: int) -> Result:

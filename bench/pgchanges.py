@@ -46,7 +46,7 @@ from pyspark.sql.types import (
 )
 
 from bench import postgres as pg
-from bench.cdcdrain import PG_SQL, Plan, apply, pg_recvlogical
+from bench.cdcdrain import Plan, apply_pg, pg_recvlogical
 from bench.common import console, load
 from connectql.connectors.postgres import cdc, walstream
 from connectql.connectors.postgres.pgoutput import Decoder
@@ -166,14 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute("CREATE PUBLICATION yard_pub FOR TABLE orders")
         conn.execute("SELECT pg_create_logical_replication_slot('yard', 'pgoutput')")
         plan = Plan(args.rows, args.changes, args.txn)
-        with psycopg.connect(info) as w:
-            t0 = time.perf_counter()
-            apply(plan, w.execute, w.commit, PG_SQL)
-            applied = time.perf_counter() - t0
-            end = w.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
-            w.commit()
-        n = plan.txns * plan.per
-        per = plan.per * plan.txns // plan.txns
+        applied, end = apply_pg(info, plan)
+        n, per = plan.txns * plan.per, plan.per
         upd, ins = per * 6 // 10, per * 2 // 10
         # an UPDATE keeps its key: 'u'; the bench's rows are all there
         want = {"u": upd * plan.txns, "c": ins * plan.txns, "d": (per - upd - ins) * plan.txns}

@@ -131,8 +131,8 @@ class RabbitSource(SpooledSource, Source):
         if self.format.row_ddl() is None:
             found = stream.deliveries(self.options, self.start_at, stream.RESOLVE_S, INFER_MESSAGES)
             sample = [body for _offset, (_method, _props, body) in found]
-        where = f"{len(sample)} messages of stream queue '{self.options['queue']}'"
-        return self.format.row_ddl_of(sample, "rabbitmq source", where)
+        found = f"{len(sample)} messages of stream queue '{self.options['queue']}'"
+        return self.format.row_ddl_of(sample, "rabbitmq source", found)
 
     def is_stream(self) -> bool:
         """Whether `queue` is a stream queue (queue.type, else asked of the broker once)."""
